@@ -1,0 +1,2 @@
+//! `bmoe-bench`: synthetic models and benchmark sweeps.
+fn main() {}
