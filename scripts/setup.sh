@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One-command set-up: installs what a fresh Debian machine lacks, builds the release binaries,
+# and runs the main job on the built-in default model (a tiny synthetic MoE model the tools
+# make themselves, so no download and no real weights are needed).
+# Idempotent: a second run only rebuilds what changed and reuses the synthesised model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+scripts/install-deps.sh
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo not found" >&2
+  echo "hint: install Rust with rustup (https://rustup.rs), then re-run scripts/setup.sh" >&2
+  exit 1
+fi
+
+say "building release binaries (a cold build compiles llama.cpp: a few minutes on 2 cores)"
+cargo build --release --locked --workspace --bins
+
+BIN=target/release
+if [ -x "$BIN/bmoe-cli" ]; then
+  say "running the main job: bmoe-cli streams the tiny synthetic model's experts from disk"
+  "$BIN/bmoe-cli" --moe-stream --cache-mb 2 -p "hello" -n 32 --progress
+else
+  DEMO_DIR="${BMOE_DEMO_DIR:-target/demo}"
+  mkdir -p "$DEMO_DIR"
+  MODEL="$DEMO_DIR/tiny.gguf"
+  say "synthesising the tiny MoE model at $MODEL"
+  "$BIN/bmoe-bench" model synth --preset tiny -o "$MODEL"
+  "$BIN/bmoe-bench" model inspect "$MODEL"
+fi
+say "done"
