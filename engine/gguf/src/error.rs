@@ -1,0 +1,74 @@
+//! Errors of the reader, the writer and the synthesiser.
+
+use std::path::PathBuf;
+
+/// A malformed GGUF byte stream: what is wrong and at which byte.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("at byte {offset}: {message}")]
+pub struct ParseError {
+    /// Byte offset where the problem was found.
+    pub offset: u64,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Everything that can go wrong reading, writing or synthesising GGUF files.
+#[derive(Debug, thiserror::Error)]
+pub enum GgufError {
+    /// An I/O operation on `path` failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid GGUF v3 file.
+    #[error("{}: not a valid GGUF file: {source}", path.display())]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// Where and what.
+        #[source]
+        source: ParseError,
+    },
+    /// A shard other than the first of a split set was passed.
+    #[error(
+        "{}: this is shard {} of {} of a split model; open the first shard {} instead",
+        path.display(), no + 1, count, first.display()
+    )]
+    NotFirstShard {
+        /// The file passed.
+        path: PathBuf,
+        /// Its zero-based `split.no`.
+        no: u64,
+        /// `split.count`.
+        count: u64,
+        /// The first shard's expected path.
+        first: PathBuf,
+    },
+    /// A shard of a split set is missing or inconsistent.
+    #[error("{}: split set is broken: {message}", path.display())]
+    Split {
+        /// The shard concerned.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A request that cannot be satisfied (bad dimensions, bad option value...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl GgufError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        GgufError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = GgufError> = std::result::Result<T, E>;

@@ -1,0 +1,318 @@
+//! Per-architecture tensor sets and metadata keys, as the vendored llama.cpp loaders require
+//! (`src/models/{qwen3moe,qwen2moe,openai-moe}.cpp`, `load_arch_hparams` / `load_arch_tensors`).
+
+use std::sync::Arc;
+
+use super::init::Init;
+use super::rng::{WyRand, derive};
+use super::tokenizer::Vocab;
+use super::{PlannedTensor, SynthOptions};
+use crate::error::{GgufError, Result};
+use crate::ggml_type::GgmlType;
+use crate::value::MetaValue;
+use crate::writer::TensorSpec;
+
+/// A llama.cpp architecture the synthesiser can produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// `qwen3moe`: q/k norms, routed experts only.
+    Qwen3Moe,
+    /// `qwen2moe`: qkv biases, routed experts plus a shared expert with a sigmoid gate.
+    Qwen2Moe,
+    /// `gpt-oss` (llama.cpp `LLM_ARCH_OPENAI_MOE`): attention sinks, sliding-window layers,
+    /// router bias, expert biases, post-attention norm; experts usually MXFP4.
+    GptOss,
+}
+
+impl Arch {
+    /// The `general.architecture` string.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Qwen2Moe => "qwen2moe",
+            Arch::GptOss => "gpt-oss",
+        }
+    }
+
+    /// Parse a `general.architecture` string.
+    pub fn from_name(s: &str) -> Option<Self> {
+        [Arch::Qwen3Moe, Arch::Qwen2Moe, Arch::GptOss]
+            .into_iter()
+            .find(|a| a.gguf_name() == s)
+    }
+}
+
+fn file_type(t: GgmlType) -> u32 {
+    match t {
+        GgmlType::F32 => 0,
+        GgmlType::F16 => 1,
+        GgmlType::Q8_0 => 7,
+        GgmlType::Q4_K => 15,
+        GgmlType::MXFP4 => 38,
+        _ => 0,
+    }
+}
+
+/// Per-expert router gains: a seeded ranking of the experts, gain ∝ (rank+1)^-skew, mean 1.
+pub fn router_gains(seed: u64, layer: u32, n_expert: u32, skew: f32) -> Vec<f32> {
+    let n = n_expert as usize;
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut rng = WyRand::new(derive(seed, "router-rank", u64::from(layer)));
+    for i in (1..n).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    let mut gains = vec![1.0f32; n];
+    for (rank, &e) in order.iter().enumerate() {
+        gains[e] = ((rank + 1) as f32).powf(-skew);
+    }
+    let mean = gains.iter().sum::<f32>() / n.max(1) as f32;
+    gains.iter_mut().for_each(|g| *g /= mean);
+    gains
+}
+
+/// Metadata in file order.
+type Metadata = Vec<(String, MetaValue)>;
+
+struct Builder {
+    tensors: Vec<PlannedTensor>,
+}
+
+impl Builder {
+    fn add(&mut self, name: impl Into<String>, t: GgmlType, dims: &[u64], init: Init) {
+        self.tensors.push(PlannedTensor {
+            spec: TensorSpec::new(name, t, dims),
+            init,
+        });
+    }
+}
+
+fn inv_sqrt(n: u64) -> f32 {
+    1.0 / (n.max(1) as f32).sqrt()
+}
+
+/// Build metadata and the tensor plan for `o`.
+pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> {
+    let a = o.arch.gguf_name();
+    let e = o.n_embd;
+    let ff = o.n_ff_exp;
+    let ne = u64::from(o.n_expert);
+    let hd = o.head_dim;
+    let q_dim = o.n_head * hd;
+    let kv_dim = o.n_head_kv * hd;
+    if o.arch == Arch::Qwen2Moe && q_dim != e {
+        return Err(GgufError::Invalid(format!(
+            "qwen2moe needs heads × head dim = n_embd ({} × {hd} ≠ {e})",
+            o.n_head
+        )));
+    }
+    let vocab = Vocab::new(o.vocab_extra);
+    let nv = vocab.len();
+
+    let kv = |k: &str| format!("{a}.{k}");
+    let mut md: Vec<(String, MetaValue)> = vec![
+        ("general.architecture".into(), MetaValue::String(a.into())),
+        (
+            "general.name".into(),
+            MetaValue::String(format!("bmoe synthetic {a}")),
+        ),
+        (
+            "general.file_type".into(),
+            MetaValue::U32(file_type(o.expert_type)),
+        ),
+        ("general.quantization_version".into(), MetaValue::U32(2)),
+        (kv("context_length"), MetaValue::U32(o.n_ctx)),
+        (kv("embedding_length"), MetaValue::U32(e as u32)),
+        (kv("block_count"), MetaValue::U32(o.n_layer)),
+        (
+            kv("feed_forward_length"),
+            MetaValue::U32((ff * u64::from(o.n_expert_used)) as u32),
+        ),
+        (kv("attention.head_count"), MetaValue::U32(o.n_head as u32)),
+        (
+            kv("attention.head_count_kv"),
+            MetaValue::U32(o.n_head_kv as u32),
+        ),
+        (kv("attention.key_length"), MetaValue::U32(hd as u32)),
+        (kv("attention.value_length"), MetaValue::U32(hd as u32)),
+        (kv("rope.dimension_count"), MetaValue::U32(hd as u32)),
+        (
+            kv("rope.freq_base"),
+            MetaValue::F32(if o.arch == Arch::GptOss {
+                150_000.0
+            } else {
+                1_000_000.0
+            }),
+        ),
+        (kv("attention.layer_norm_rms_epsilon"), MetaValue::F32(1e-6)),
+        (kv("expert_count"), MetaValue::U32(o.n_expert)),
+        (kv("expert_used_count"), MetaValue::U32(o.n_expert_used)),
+        (kv("expert_feed_forward_length"), MetaValue::U32(ff as u32)),
+    ];
+    match o.arch {
+        Arch::Qwen2Moe => md.push((
+            kv("expert_shared_feed_forward_length"),
+            MetaValue::U32(o.n_ff_shexp as u32),
+        )),
+        Arch::GptOss => md.push((
+            kv("attention.sliding_window"),
+            MetaValue::U32(o.sliding_window),
+        )),
+        Arch::Qwen3Moe => {}
+    }
+    md.extend(vocab.metadata());
+    md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
+    md.push((
+        "bmoe.synth.router_skew".into(),
+        MetaValue::F32(o.router_skew),
+    ));
+
+    let dt = o.dense_type;
+    let xt = o.expert_type;
+    let f32t = GgmlType::F32;
+    let mut b = Builder {
+        tensors: Vec::new(),
+    };
+    b.add(
+        "token_embd.weight",
+        f32t,
+        &[e, nv],
+        Init::Random { std: 1.0 },
+    );
+    b.add("output_norm.weight", f32t, &[e], Init::Ones);
+    b.add(
+        "output.weight",
+        f32t,
+        &[e, nv],
+        Init::Random { std: inv_sqrt(e) },
+    );
+    for i in 0..o.n_layer {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);
+        if o.arch == Arch::GptOss {
+            b.add(p("attn_post_norm.weight"), f32t, &[e], Init::Ones);
+        }
+        b.add(
+            p("attn_q.weight"),
+            dt,
+            &[e, q_dim],
+            Init::Random { std: inv_sqrt(e) },
+        );
+        b.add(
+            p("attn_k.weight"),
+            dt,
+            &[e, kv_dim],
+            Init::Random { std: inv_sqrt(e) },
+        );
+        b.add(
+            p("attn_v.weight"),
+            dt,
+            &[e, kv_dim],
+            Init::Random { std: inv_sqrt(e) },
+        );
+        if o.arch != Arch::Qwen3Moe {
+            let small = Init::Random { std: 0.02 };
+            b.add(p("attn_q.bias"), f32t, &[q_dim], small.clone());
+            b.add(p("attn_k.bias"), f32t, &[kv_dim], small.clone());
+            b.add(p("attn_v.bias"), f32t, &[kv_dim], small);
+        }
+        b.add(
+            p("attn_output.weight"),
+            dt,
+            &[q_dim, e],
+            Init::Random {
+                std: inv_sqrt(q_dim),
+            },
+        );
+        match o.arch {
+            Arch::Qwen3Moe => {
+                b.add(p("attn_q_norm.weight"), f32t, &[hd], Init::Ones);
+                b.add(p("attn_k_norm.weight"), f32t, &[hd], Init::Ones);
+            }
+            Arch::GptOss => {
+                b.add(
+                    p("attn_output.bias"),
+                    f32t,
+                    &[e],
+                    Init::Random { std: 0.02 },
+                );
+                b.add(p("attn_sinks.weight"), f32t, &[o.n_head], Init::Zeros);
+            }
+            Arch::Qwen2Moe => {}
+        }
+        if o.arch != Arch::GptOss {
+            b.add(p("ffn_norm.weight"), f32t, &[e], Init::Ones);
+        }
+        let gains = Arc::new(router_gains(o.seed, i, o.n_expert, o.router_skew));
+        b.add(
+            p("ffn_gate_inp.weight"),
+            f32t,
+            &[e, ne],
+            Init::RowGain {
+                std: 2.0 * inv_sqrt(e),
+                gains,
+            },
+        );
+        if o.arch == Arch::GptOss {
+            b.add(p("ffn_gate_inp.bias"), f32t, &[ne], Init::Zeros);
+        }
+        b.add(
+            p("ffn_gate_exps.weight"),
+            xt,
+            &[e, ff, ne],
+            Init::Random { std: inv_sqrt(e) },
+        );
+        b.add(
+            p("ffn_up_exps.weight"),
+            xt,
+            &[e, ff, ne],
+            Init::Random { std: inv_sqrt(e) },
+        );
+        b.add(
+            p("ffn_down_exps.weight"),
+            xt,
+            &[ff, e, ne],
+            Init::Random { std: inv_sqrt(ff) },
+        );
+        match o.arch {
+            Arch::GptOss => {
+                let small = Init::Random { std: 0.01 };
+                b.add(p("ffn_gate_exps.bias"), f32t, &[ff, ne], small.clone());
+                b.add(p("ffn_up_exps.bias"), f32t, &[ff, ne], small.clone());
+                b.add(p("ffn_down_exps.bias"), f32t, &[e, ne], small);
+            }
+            Arch::Qwen2Moe => {
+                let fs = o.n_ff_shexp;
+                b.add(
+                    p("ffn_gate_inp_shexp.weight"),
+                    f32t,
+                    &[e],
+                    Init::Random { std: inv_sqrt(e) },
+                );
+                b.add(
+                    p("ffn_gate_shexp.weight"),
+                    dt,
+                    &[e, fs],
+                    Init::Random { std: inv_sqrt(e) },
+                );
+                b.add(
+                    p("ffn_up_shexp.weight"),
+                    dt,
+                    &[e, fs],
+                    Init::Random { std: inv_sqrt(e) },
+                );
+                b.add(
+                    p("ffn_down_shexp.weight"),
+                    dt,
+                    &[fs, e],
+                    Init::Random { std: inv_sqrt(fs) },
+                );
+            }
+            Arch::Qwen3Moe => {}
+        }
+    }
+    for t in &b.tensors {
+        t.spec.n_bytes()?;
+    }
+    Ok((md, b.tensors))
+}
