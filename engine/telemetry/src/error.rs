@@ -73,7 +73,6 @@ pub enum Error {
     },
 }
 
-#[allow(dead_code)] // used by the file readers added next
 impl Error {
     /// Builds an [`Error::Field`], truncating the offending text so a binary blob cannot flood
     /// a terminal.

@@ -31,9 +31,12 @@
 //! assert_eq!(parse_summary_line(&g.to_string()), Ok(Some(SummaryLine::Generation(g))));
 //! ```
 
+pub mod cell;
 pub mod error;
 pub mod kv;
+pub mod metrics;
 pub mod protocol;
 pub mod summary;
+pub mod table;
 
 pub use error::{Error, Result};

@@ -1,0 +1,192 @@
+//! Typed CSV cells: byte-level parsing (no allocation) and deterministic formatting.
+//!
+//! Parsing trims ASCII whitespace first (Python's `int()`/`float()` do, and a stray `\r` must
+//! not fail a row). Integers are plain decimal with an optional sign; floats accept what
+//! [`str::parse::<f64>`] does (`1e-05`, `nan`, `-nan`, `inf`). Formatting uses fixed decimals
+//! chosen per column (the archived engine's `printf` precisions) or, for decimals =
+//! [`SHORTEST`], the shortest round-trip representation.
+
+use std::fmt::Write as _;
+
+/// Decimals value meaning "shortest representation that reads back exactly".
+pub const SHORTEST: usize = usize::MAX;
+
+/// A value that can live in one CSV cell.
+pub trait Cell: Sized + Copy {
+    /// What the error message says was expected.
+    const EXPECTED: &'static str;
+    /// Parses trimmed bytes; `None` when they are not a valid value.
+    fn parse(bytes: &[u8]) -> Option<Self>;
+    /// Appends the value; `decimals` applies to floats only.
+    fn write(&self, out: &mut String, decimals: usize);
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    b.trim_ascii()
+}
+
+fn parse_u64(b: &[u8]) -> Option<u64> {
+    let b = trim(b);
+    let b = b.strip_prefix(b"+").unwrap_or(b);
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in b {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+    }
+    Some(v)
+}
+
+fn parse_i64(b: &[u8]) -> Option<i64> {
+    let t = trim(b);
+    match t.first() {
+        Some(b'-') => {
+            let m = parse_u64(&t[1..])?;
+            if m <= i64::MAX as u64 {
+                Some(-(m as i64))
+            } else if m == i64::MAX as u64 + 1 {
+                Some(i64::MIN)
+            } else {
+                None
+            }
+        }
+        _ => i64::try_from(parse_u64(t)?).ok(),
+    }
+}
+
+impl Cell for u64 {
+    const EXPECTED: &'static str = "expected an unsigned integer";
+    fn parse(b: &[u8]) -> Option<Self> {
+        parse_u64(b)
+    }
+    fn write(&self, out: &mut String, _: usize) {
+        let _ = write!(out, "{self}");
+    }
+}
+
+impl Cell for u32 {
+    const EXPECTED: &'static str = "expected an unsigned integer (at most 4294967295)";
+    fn parse(b: &[u8]) -> Option<Self> {
+        u32::try_from(parse_u64(b)?).ok()
+    }
+    fn write(&self, out: &mut String, _: usize) {
+        let _ = write!(out, "{self}");
+    }
+}
+
+impl Cell for u8 {
+    const EXPECTED: &'static str = "expected a small unsigned integer (0-255)";
+    fn parse(b: &[u8]) -> Option<Self> {
+        u8::try_from(parse_u64(b)?).ok()
+    }
+    fn write(&self, out: &mut String, _: usize) {
+        let _ = write!(out, "{self}");
+    }
+}
+
+impl Cell for i64 {
+    const EXPECTED: &'static str = "expected an integer";
+    fn parse(b: &[u8]) -> Option<Self> {
+        parse_i64(b)
+    }
+    fn write(&self, out: &mut String, _: usize) {
+        let _ = write!(out, "{self}");
+    }
+}
+
+impl Cell for i32 {
+    const EXPECTED: &'static str = "expected an integer";
+    fn parse(b: &[u8]) -> Option<Self> {
+        i32::try_from(parse_i64(b)?).ok()
+    }
+    fn write(&self, out: &mut String, _: usize) {
+        let _ = write!(out, "{self}");
+    }
+}
+
+impl Cell for bool {
+    const EXPECTED: &'static str = "expected 0 or 1";
+    fn parse(b: &[u8]) -> Option<Self> {
+        match trim(b) {
+            b"0" => Some(false),
+            b"1" => Some(true),
+            _ => None,
+        }
+    }
+    fn write(&self, out: &mut String, _: usize) {
+        out.push(if *self { '1' } else { '0' });
+    }
+}
+
+impl Cell for f64 {
+    const EXPECTED: &'static str = "expected a number";
+    fn parse(b: &[u8]) -> Option<Self> {
+        let t = std::str::from_utf8(trim(b)).ok()?;
+        if t.is_empty() {
+            return None;
+        }
+        t.parse::<f64>().ok()
+    }
+    fn write(&self, out: &mut String, decimals: usize) {
+        write_f64(*self, out, decimals);
+    }
+}
+
+/// Writes a float: `nan`, `inf`, `-inf` for non-finite values (as C's printf does, and what
+/// readers here and in Python accept), fixed `decimals` otherwise, or the shortest exact form
+/// for [`SHORTEST`].
+pub fn write_f64(x: f64, out: &mut String, decimals: usize) {
+    if x.is_nan() {
+        out.push_str("nan");
+    } else if x.is_infinite() {
+        out.push_str(if x > 0.0 { "inf" } else { "-inf" });
+    } else if decimals == SHORTEST {
+        let _ = write!(out, "{x}");
+    } else {
+        let _ = write!(out, "{x:.decimals$}");
+    }
+}
+
+/// What a float reads back as after being written with `decimals` — the identity for
+/// [`SHORTEST`]. Useful to state round-trip properties.
+pub fn quantize(x: f64, decimals: usize) -> f64 {
+    let mut s = String::new();
+    write_f64(x, &mut s, decimals);
+    <f64 as Cell>::parse(s.as_bytes()).unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ints() {
+        assert_eq!(<u64 as Cell>::parse(b" 42\r"), Some(42));
+        assert_eq!(<u64 as Cell>::parse(b"-1"), None);
+        assert_eq!(<u64 as Cell>::parse(b"18446744073709551616"), None);
+        assert_eq!(
+            <i64 as Cell>::parse(b"-9223372036854775808"),
+            Some(i64::MIN)
+        );
+        assert_eq!(<i32 as Cell>::parse(b"-1"), Some(-1));
+        assert_eq!(<u8 as Cell>::parse(b"256"), None);
+        assert_eq!(<bool as Cell>::parse(b"2"), None);
+    }
+
+    #[test]
+    fn floats() {
+        assert_eq!(<f64 as Cell>::parse(b"1.23457e-05"), Some(1.23457e-05));
+        assert!(<f64 as Cell>::parse(b"nan").is_some_and(f64::is_nan));
+        assert!(<f64 as Cell>::parse(b"-nan").is_some_and(f64::is_nan));
+        assert_eq!(<f64 as Cell>::parse(b""), None);
+        let mut s = String::new();
+        write_f64(0.125, &mut s, 2);
+        assert_eq!(s, "0.12"); // ties to even on the exact binary value, as printf
+        assert_eq!(quantize(1.23456, 3), 1.235);
+    }
+}

@@ -1,0 +1,896 @@
+//! The per-token metrics CSV (`--csv`): `# bmoe_metrics v2` preamble, header, one row per
+//! token, a `# summary key=value ...` trailer per generation.
+//!
+//! # Reading
+//!
+//! [`MetricsReader`] streams rows **by column name**: every one of the 29 columns is optional,
+//! so v0 files (no preamble, 8/9/11 columns) and v1 files (22 columns) read as well as v2 ones;
+//! a column the header lacks reads as `None` on every row, an empty cell as `None` on that row.
+//! Columns this crate does not know are ignored (read them through [`crate::table`]). The
+//! preamble becomes a typed [`RunInfo`] (unknown keys kept in [`RunInfo::extra`]); `# summary`
+//! lines become [`SummaryTrailer`]s, collected as they are met (one per turn).
+//!
+//! # Writing
+//!
+//! [`MetricsWriter`] writes the preamble once, the header in the seed's column order
+//! ([`TOKEN_COLUMNS`]), and **flushes every row as it is written**, so a killed run keeps
+//! every completed token. Floats use the archived engine's fixed decimals per column
+//! ([`TOKEN_DECIMALS`]: 3 for milliseconds, 2 for `cache_hit_pct` and `majflt_mib`, 3 for
+//! `dense_resident_frac`, 1 for the other MiB columns); `None` is an empty cell.
+//!
+//! ```
+//! use bmoe_telemetry::metrics::{MetricsReader, MetricsWriter, RunInfo, SummaryTrailer, TokenRow};
+//! let info = RunInfo { engine: Some("0.1.0".into()), model: Some("m.gguf".into()), ..RunInfo::default() };
+//! let mut w = MetricsWriter::new(Vec::new(), &info)?;
+//! w.write_row(&TokenRow { step: Some(1), steps: Some(1), wall_ms: Some(12.5), ..TokenRow::default() })?;
+//! let mut t = SummaryTrailer::new();
+//! t.push("tokens", "1");
+//! w.write_summary(&t)?;
+//! let bytes = w.into_inner()?;
+//! let mut r = MetricsReader::new(bytes.as_slice(), "mem")?;
+//! let rows: Vec<TokenRow> = r.by_ref().collect::<Result<_, _>>()?;
+//! assert_eq!(rows[0].wall_ms, Some(12.5));
+//! assert_eq!(r.run_info().engine.as_deref(), Some("0.1.0"));
+//! assert_eq!(r.summaries()[0].get_u64("tokens"), Some(1));
+//! # Ok::<(), bmoe_telemetry::Error>(())
+//! ```
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::cell::{Cell, SHORTEST};
+use crate::error::{Error, Result};
+use crate::kv::{KvMap, format_pair, parse_kv_line};
+use crate::table::{Line, Preamble, TableReader, Truncated, opt_cell};
+
+/// The magic first line of a v2 file.
+pub const MAGIC_V2: &str = "# bmoe_metrics v2";
+
+macro_rules! token_row {
+    ($( $(#[doc = $doc:literal])* $name:ident : $ty:ty = $dec:expr ;)*) => {
+        /// One token's row. Every column is optional (older files have fewer), `None` = the
+        /// header lacks the column or the cell is empty.
+        #[derive(Debug, Clone, Copy, Default, PartialEq)]
+        pub struct TokenRow {
+            $( $(#[doc = $doc])* pub $name: Option<$ty>, )*
+        }
+
+        /// The 29 per-token columns, in the seed's (and the writer's) order.
+        pub const TOKEN_COLUMNS: [&str; 29] = [ $( stringify!($name), )* ];
+
+        /// Decimals the writer uses per column of [`TOKEN_COLUMNS`] (0 for integers).
+        pub const TOKEN_DECIMALS: [usize; 29] = [ $( $dec, )* ];
+
+        impl TokenRow {
+            #[allow(unused_assignments)]
+            fn parse(
+                map: &[Option<usize>; 29],
+                f: &crate::table::Fields<'_>,
+                path: &Path,
+            ) -> Result<Self> {
+                let mut i = 0;
+                $(
+                    let $name = opt_cell::<$ty>(map[i], f, path, stringify!($name))?;
+                    i += 1;
+                )*
+                Ok(TokenRow { $( $name, )* })
+            }
+
+            /// Appends the row as CSV (no line end), all 29 columns.
+            pub fn write_csv(&self, out: &mut String) {
+                let mut first = true;
+                $(
+                    if !first {
+                        out.push(',');
+                    }
+                    first = false;
+                    if let Some(v) = &self.$name {
+                        Cell::write(v, out, $dec);
+                    }
+                )*
+                let _ = first;
+            }
+        }
+    };
+}
+
+token_row! {
+    /// 1-based token index within the generation.
+    step: u64 = 0;
+    /// Target token count.
+    steps: u64 = 0;
+    /// Token wall time (brackets `llama_decode`), ms.
+    wall_ms: f64 = 3;
+    /// Flash read time, ms (lane-busy sum under overlap).
+    io_ms: f64 = 3;
+    /// Compute residual, ms (clamped at 0).
+    compute_ms: f64 = 3;
+    /// Flash bytes read this token.
+    read_bytes: u64 = 0;
+    /// Cumulative cache hit rate, percent; −1 = no cache.
+    cache_hit_pct: f64 = 2;
+    /// Union of stalled intervals under overlap, ms (0 serial).
+    stall_ms: f64 = 3;
+    /// Cache management (plus the throttled dense-residency probe), ms.
+    mgmt_ms: f64 = 3;
+    /// Major faults inside the decode (0 = unmeasured).
+    majflt: u64 = 0;
+    /// Process CPU time this token, ms (0 = unmeasured).
+    cpu_ms: f64 = 3;
+    /// Sampled dense-weight residency fraction; −1 = unmeasured.
+    dense_resident_frac: f64 = 3;
+    /// Which `generate()` of the session (0 for one-shot).
+    turn: u64 = 0;
+    /// What the faults moved: `majflt` × page size, MiB.
+    majflt_mib: f64 = 2;
+    /// Expert-cache budget in effect, MiB.
+    cache_budget_mib: f64 = 1;
+    /// `VmRSS`, MiB.
+    rss_mib: f64 = 1;
+    /// Resident anonymous memory (the expert cache lives here), MiB.
+    rss_anon_mib: f64 = 1;
+    /// Resident file-backed memory (the mmap'd model), MiB.
+    rss_file_mib: f64 = 1;
+    /// `VmSwap`, MiB.
+    swap_mib: f64 = 1;
+    /// `MemAvailable`, MiB.
+    mem_available_mib: f64 = 1;
+    /// `MemFree`, MiB.
+    mem_free_mib: f64 = 1;
+    /// `SwapFree`, MiB.
+    swap_free_mib: f64 = 1;
+    /// Wall time between the previous decode and this one, ms.
+    loop_overhead_ms: f64 = 3;
+    /// Tokens the decode that produced this row confirmed (1 without speculation).
+    mtp_batch: u64 = 0;
+    /// Drafting time of this group, ms (a slice of `loop_overhead_ms`).
+    mtp_draft_ms: f64 = 3;
+    /// Overlap: wait for the previous layer's read batch (part of `compute_ms`), ms.
+    drain_ms: f64 = 3;
+    /// Route-ahead: wait for adopted speculative reads (part of `mgmt_ms`), ms.
+    adopt_ms: f64 = 3;
+    /// Route-ahead: issuing the committed selection's reads (part of `compute_ms`), ms.
+    ra_issue_ms: f64 = 3;
+    /// Route-ahead: the watchdog GEMV (part of `compute_ms`), ms.
+    ra_wd_ms: f64 = 3;
+}
+
+impl TokenRow {
+    /// The seed's header row, comma-joined.
+    pub fn header() -> String {
+        TOKEN_COLUMNS.join(",")
+    }
+
+    /// What this row reads back as after a write/read cycle (floats rounded to the column's
+    /// decimals) — the round-trip property: `read(write(r)) == r.quantized()`.
+    pub fn quantized(&self) -> TokenRow {
+        let mut s = String::new();
+        self.write_csv(&mut s);
+        s.push('\n');
+        let text = format!("{}\n{s}", TokenRow::header());
+        MetricsReader::new(text.as_bytes(), "quantize")
+            .ok()
+            .and_then(|mut r| r.next())
+            .and_then(|r| r.ok())
+            .unwrap_or(*self)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RunInfo
+
+/// A preamble value type.
+trait PreambleValue: Sized {
+    fn parse_value(s: &str) -> Option<Self>;
+    fn format_value(&self) -> String;
+    const EXPECTED: &'static str;
+}
+
+impl PreambleValue for String {
+    const EXPECTED: &'static str = "text";
+    fn parse_value(s: &str) -> Option<Self> {
+        Some(s.to_string())
+    }
+    fn format_value(&self) -> String {
+        self.clone()
+    }
+}
+
+impl PreambleValue for u64 {
+    const EXPECTED: &'static str = "expected an unsigned integer";
+    fn parse_value(s: &str) -> Option<Self> {
+        <u64 as Cell>::parse(s.as_bytes())
+    }
+    fn format_value(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl PreambleValue for bool {
+    const EXPECTED: &'static str = "expected 0 or 1";
+    fn parse_value(s: &str) -> Option<Self> {
+        <bool as Cell>::parse(s.as_bytes())
+    }
+    fn format_value(&self) -> String {
+        if *self { "1" } else { "0" }.to_string()
+    }
+}
+
+impl PreambleValue for f64 {
+    const EXPECTED: &'static str = "expected a number";
+    fn parse_value(s: &str) -> Option<Self> {
+        <f64 as Cell>::parse(s.as_bytes())
+    }
+    fn format_value(&self) -> String {
+        let mut s = String::new();
+        crate::cell::write_f64(*self, &mut s, SHORTEST);
+        s
+    }
+}
+
+macro_rules! run_info {
+    ($( $group:ident => [ $( $(#[doc = $doc:literal])* $name:ident : $ty:ty ),* $(,)? ] )*) => {
+        /// The run-parameter preamble of a metrics CSV: the **resolved** configuration.
+        ///
+        /// Every key is optional (v0 files have no preamble, v1 files fewer keys); keys this
+        /// version does not know are kept in [`Self::extra`] in file order. Numbers are
+        /// written in their shortest exact form (`0.95`, `0`), booleans as `0`/`1`.
+        #[derive(Debug, Clone, Default, PartialEq)]
+        pub struct RunInfo {
+            /// `N` of the `# bmoe_metrics vN` magic line; `None` for v0 files (no preamble).
+            pub version: Option<u32>,
+            $( $( $(#[doc = $doc])* pub $name: Option<$ty>, )* )*
+            /// Keys this version does not know, in order, with their raw values.
+            pub extra: KvMap,
+        }
+
+        impl RunInfo {
+            /// The known keys, grouped by the line the writer puts them on.
+            pub const KEY_LINES: &'static [&'static [&'static str]] = &[
+                $( &[ $( stringify!($name), )* ], )*
+            ];
+
+            /// Sets a known key from its text. `None` when the key is not one of
+            /// [`Self::KEY_LINES`]; `Some(Err(expected))` when the value does not parse.
+            fn set(&mut self, key: &str, value: &str) -> Option<Result<(), &'static str>> {
+                match key {
+                    $( $(
+                        stringify!($name) => Some(match <$ty as PreambleValue>::parse_value(value) {
+                            Some(v) => { self.$name = Some(v); Ok(()) }
+                            None => Err(<$ty as PreambleValue>::EXPECTED),
+                        }),
+                    )* )*
+                    _ => None,
+                }
+            }
+
+            /// The value of a known key, formatted as the writer writes it.
+            fn get_formatted(&self, key: &str) -> Option<String> {
+                match key {
+                    $( $( stringify!($name) => self.$name.as_ref().map(PreambleValue::format_value), )* )*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+run_info! {
+    engine_line => [
+        /// Version of the engine that wrote the rows (`unknown` if the build did not define it).
+        engine: String,
+    ]
+    model_line => [
+        /// Model file.
+        model: String,
+        /// `general.architecture`.
+        arch: String,
+        /// Layers.
+        n_layer: u64,
+        /// Experts per MoE layer.
+        n_expert: u64,
+        /// Effective top-k after any override.
+        n_expert_used: u64,
+        /// Compute threads.
+        threads: u64,
+        /// Context size.
+        n_ctx: u64,
+        /// Micro-batch (`0` = follows `n_batch`).
+        n_ubatch: u64,
+        /// Whether the ChatML/chat template was applied.
+        chatml: bool,
+    ]
+    stream_line => [
+        /// Expert streaming on.
+        moe_stream: bool,
+        /// Resolved cache budget, MiB.
+        cache_mb: u64,
+        /// Budget sized automatically.
+        cache_auto: bool,
+        /// Auto-sizing floor, MiB.
+        cache_floor_mb: u64,
+        /// Auto-sizing ceiling, MiB.
+        cache_ceil_mb: u64,
+        /// One token's worst-case routed bytes, MiB.
+        cache_cycle_mb: u64,
+        /// Cache forced on.
+        force_cache: bool,
+        /// Whole expert set read.
+        load_all: bool,
+        /// I/O lanes.
+        io_threads: u64,
+        /// O_DIRECT (or F_NOCACHE) **achieved**.
+        o_direct: bool,
+        /// Overlap mode.
+        overlap: bool,
+        /// Two-wave reads.
+        io_two_wave: bool,
+        /// `--prefetch K`.
+        prefetch: u64,
+        /// `--route-ahead N`.
+        route_ahead: u64,
+        /// Stale-gate prefetch.
+        predict_prefetch: bool,
+        /// Predictor probe (instrumented run).
+        predict_log: bool,
+        /// Speculation cap of the predictor.
+        predict_spec_max: u64,
+        /// Synchronous prefetch (instrumented run).
+        prefetch_sync: bool,
+        /// `mmap|warm|anon|ahwb`.
+        dense_weights: String,
+        /// `--drop-cold-experts` threshold.
+        drop_cold_frac: f64,
+        /// Renormalise after dropping.
+        drop_renorm: bool,
+        /// Drop during prefill too.
+        drop_prefill: bool,
+        /// `--expert-substitute` λ.
+        substitute_lambda: f64,
+    ]
+    sampling_line => [
+        /// Sampling temperature (`>0` = stochastic run).
+        temp: f64,
+        /// Top-k sampling.
+        top_k: u64,
+        /// Top-p sampling.
+        top_p: f64,
+        /// RNG seed.
+        seed: u64,
+        /// Layer-granularity compute trace (instrumented when `>0`).
+        compute_trace_layers: u64,
+        /// `off|mtp|ngram`.
+        spec: String,
+        /// Draft length cap.
+        spec_draft_max: u64,
+        /// MTP acceptance floor.
+        mtp_p_min: f64,
+        /// n-gram minimum match.
+        ngram_min_match: u64,
+    ]
+}
+
+impl RunInfo {
+    /// Builds the typed preamble from raw preamble lines (as [`Preamble`] holds them).
+    ///
+    /// # Errors
+    /// [`Error::Field`] naming the line and key when a known key has a value of the wrong
+    /// type (e.g. `n_layer=abc`).
+    pub fn from_preamble(preamble: &Preamble, path: &Path) -> Result<RunInfo> {
+        let mut info = RunInfo {
+            version: preamble.version().filter(|_| {
+                preamble
+                    .magic()
+                    .first()
+                    .is_some_and(|w| w == "bmoe_metrics")
+            }),
+            ..RunInfo::default()
+        };
+        for (i, line) in preamble.lines.iter().enumerate() {
+            let no = preamble.line_numbers.get(i).copied().unwrap_or(0);
+            let parsed = parse_kv_line(line);
+            for (k, v) in parsed.pairs.iter() {
+                match info.set(k, v) {
+                    None => info.extra.insert(k, v),
+                    Some(Ok(())) => {}
+                    Some(Err(expected)) => {
+                        return Err(Error::field(path, no, k, expected, v.as_bytes()));
+                    }
+                }
+            }
+        }
+        Ok(info)
+    }
+
+    /// The preamble lines the writer emits (no line ends): the magic line, `# engine=` on its
+    /// own line, then the model, streaming and sampling lines (each only if one of its keys is
+    /// set), then one line of [`Self::extra`] keys if any.
+    ///
+    /// # Errors
+    /// [`Error::Unwritable`] for a value [`crate::kv::format_pair`] refuses.
+    pub fn to_lines(&self) -> Result<Vec<String>> {
+        let mut out = vec![MAGIC_V2.to_string()];
+        for keys in Self::KEY_LINES {
+            let mut line = String::from("#");
+            for k in *keys {
+                if let Some(v) = self.get_formatted(k) {
+                    line.push(' ');
+                    line.push_str(&format_pair(k, &v)?);
+                }
+            }
+            if line.len() > 1 {
+                out.push(line);
+            }
+        }
+        if !self.extra.is_empty() {
+            let mut line = String::from("#");
+            for (k, v) in self.extra.iter() {
+                line.push(' ');
+                line.push_str(&format_pair(k, v)?);
+            }
+            out.push(line);
+        }
+        Ok(out)
+    }
+
+    /// Whether the run was instrumented (`predict_log=1`, `prefetch_sync=1` or
+    /// `compute_trace_layers>0`): not a benchmark run.
+    pub fn is_instrumented(&self) -> bool {
+        self.predict_log == Some(true)
+            || self.prefetch_sync == Some(true)
+            || self.compute_trace_layers.is_some_and(|n| n > 0)
+    }
+
+    /// Whether sampling was stochastic (`temp>0`).
+    pub fn is_stochastic(&self) -> bool {
+        self.temp.is_some_and(|t| t > 0.0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// trailer
+
+/// One `# summary key=value ...` trailer (one per generation). Keys are kept in file order,
+/// unknown ones included; typed access by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SummaryTrailer {
+    /// The pairs in order.
+    pub pairs: KvMap,
+    /// 1-based line number it was read from (0 when built in memory).
+    pub line: u64,
+}
+
+impl SummaryTrailer {
+    /// An empty trailer to fill with [`Self::push`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parses a `# summary ...` line; `None` when the line is not one.
+    pub fn parse(line: &str, line_no: u64) -> Option<SummaryTrailer> {
+        let kv = parse_kv_line(line);
+        (kv.words.first().map(String::as_str) == Some("summary")).then_some(SummaryTrailer {
+            pairs: kv.pairs,
+            line: line_no,
+        })
+    }
+
+    /// Appends (or replaces) `key=value`; the value is written as given.
+    pub fn push(&mut self, key: &str, value: impl Into<String>) {
+        self.pairs.insert(key, value);
+    }
+
+    /// Appends a float with fixed `decimals` (e.g. 3 for `s/tok`).
+    pub fn push_f64(&mut self, key: &str, value: f64, decimals: usize) {
+        let mut s = String::new();
+        crate::cell::write_f64(value, &mut s, decimals);
+        self.pairs.insert(key, s);
+    }
+
+    /// The raw value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs.get(key)
+    }
+
+    /// `key` as a float (`None` when absent or not a number).
+    pub fn get_f64(&self, key: &str) -> Option<f64> {
+        <f64 as Cell>::parse(self.get(key)?.as_bytes())
+    }
+
+    /// `key` as an unsigned integer.
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        <u64 as Cell>::parse(self.get(key)?.as_bytes())
+    }
+
+    /// The line, `# summary k=v ...`, no line end.
+    ///
+    /// # Errors
+    /// [`Error::Unwritable`] for a pair [`crate::kv::format_pair`] refuses.
+    pub fn to_line(&self) -> Result<String> {
+        let mut line = String::from("# summary");
+        for (k, v) in self.pairs.iter() {
+            line.push(' ');
+            line.push_str(&format_pair(k, v)?);
+        }
+        Ok(line)
+    }
+}
+
+/// Well-known trailer keys (the CSV spelling; `BMOE_DONE` spells some differently, e.g.
+/// `tok_s` for `tok/s`).
+pub mod trailer_keys {
+    /// Tokens generated.
+    pub const TOKENS: &str = "tokens";
+    /// Mean decode seconds per token.
+    pub const S_PER_TOK: &str = "s/tok";
+    /// Decode rate.
+    pub const TOK_S: &str = "tok/s";
+    /// Total flash read, MiB.
+    pub const READ_MIB: &str = "read_MiB";
+    /// Total read time, s.
+    pub const IO_S: &str = "io_s";
+    /// Mean compute residual, s/token.
+    pub const COMPUTE_S_PER_TOK: &str = "compute_s/tok";
+    /// Mean read time, s/token.
+    pub const IO_S_PER_TOK: &str = "io_s/tok";
+    /// Cumulative hit rate, percent.
+    pub const CACHE_HIT_PCT: &str = "cache_hit_pct";
+    /// Prompt tokens.
+    pub const N_PROMPT: &str = "n_prompt";
+    /// Load time, s.
+    pub const LOAD_S: &str = "load_s";
+    /// Prefill time, s.
+    pub const PREFILL_S: &str = "prefill_s";
+    /// Prefill rate.
+    pub const PREFILL_TPS: &str = "prefill_tps";
+    /// Mean overlap stall, s/token.
+    pub const STALL_S_PER_TOK: &str = "stall_s/tok";
+    /// Mean cache management, s/token.
+    pub const MGMT_S_PER_TOK: &str = "mgmt_s/tok";
+    /// Mean major faults per token.
+    pub const MAJFLT_PER_TOK: &str = "majflt/tok";
+    /// Mean CPU seconds per token.
+    pub const CPU_S_PER_TOK: &str = "cpu_s/tok";
+    /// Mean between-decode gap, s/token.
+    pub const LOOP_OVERHEAD_S_PER_TOK: &str = "loop_overhead_s/tok";
+    /// Resident cache, MiB.
+    pub const CACHE_RESIDENT_MIB: &str = "cache_resident_MiB";
+    /// Cache budget, MiB.
+    pub const CACHE_BUDGET_MIB: &str = "cache_budget_MiB";
+}
+
+// ---------------------------------------------------------------------------------------------
+// reader
+
+/// Streaming reader of a metrics CSV (any generation). An `Iterator` over rows; trailers and
+/// the run info are available alongside.
+pub struct MetricsReader<R> {
+    table: TableReader<R>,
+    info: RunInfo,
+    map: [Option<usize>; 29],
+    summaries: Vec<SummaryTrailer>,
+    comments: Vec<(u64, String)>,
+    truncated: Option<Truncated>,
+    rows: u64,
+    done: bool,
+}
+
+impl MetricsReader<BufReader<File>> {
+    /// Opens a metrics CSV.
+    ///
+    /// # Errors
+    /// As [`MetricsReader::new`], plus [`Error::Io`] when it cannot be opened.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let f = File::open(path).map_err(|e| Error::io(path, e))?;
+        MetricsReader::new(BufReader::with_capacity(1 << 16, f), path)
+    }
+}
+
+impl<R: BufRead> MetricsReader<R> {
+    /// Reads the preamble and header from `src`; `label` names it in errors.
+    ///
+    /// # Errors
+    /// [`Error::Io`], [`Error::Line`] from the table layer; [`Error::Field`] for a mistyped
+    /// preamble key; [`Error::MissingColumn`] when the header has none of the known columns
+    /// (not a metrics CSV).
+    pub fn new(src: R, label: impl AsRef<Path>) -> Result<Self> {
+        let table = TableReader::new(src, label)?;
+        let info = RunInfo::from_preamble(table.preamble(), table.path())?;
+        let mut map = [None; 29];
+        for (i, name) in TOKEN_COLUMNS.iter().enumerate() {
+            map[i] = table.column(name);
+        }
+        let magic = table.preamble().magic();
+        if let Some(kind) = magic.first().filter(|w| w.ends_with("_trace")) {
+            return Err(Error::line(
+                table.path(),
+                1,
+                format!(
+                    "this is a `{kind}` file, not a metrics CSV; read it with bmoe_telemetry::trace"
+                ),
+            ));
+        }
+        if !table.header().is_empty() && map.iter().all(Option::is_none) {
+            return Err(Error::MissingColumn {
+                path: table.path().to_path_buf(),
+                line: table.header_line(),
+                column: "step".into(),
+                format: "metrics CSV",
+            });
+        }
+        Ok(MetricsReader {
+            table,
+            info,
+            map,
+            summaries: Vec::new(),
+            comments: Vec::new(),
+            truncated: None,
+            rows: 0,
+            done: false,
+        })
+    }
+
+    /// The typed preamble.
+    pub fn run_info(&self) -> &RunInfo {
+        &self.info
+    }
+
+    /// The raw preamble (lines, `skip_rows`).
+    pub fn preamble(&self) -> &Preamble {
+        self.table.preamble()
+    }
+
+    /// The header's column names, as in the file.
+    pub fn header(&self) -> &[String] {
+        self.table.header()
+    }
+
+    /// Whether the header has column `name`.
+    pub fn has_column(&self, name: &str) -> bool {
+        self.table.column(name).is_some()
+    }
+
+    /// The `# summary` trailers met so far, in file order.
+    pub fn summaries(&self) -> &[SummaryTrailer] {
+        &self.summaries
+    }
+
+    /// Other `#` lines met after the header, with their line numbers.
+    pub fn comments(&self) -> &[(u64, String)] {
+        &self.comments
+    }
+
+    /// Set when the file's last line was cut short (no newline and unreadable): every row
+    /// before it was returned; this one was not.
+    pub fn truncated(&self) -> Option<&Truncated> {
+        self.truncated.as_ref()
+    }
+
+    /// Rows returned so far.
+    pub fn rows_read(&self) -> u64 {
+        self.rows
+    }
+
+    /// The label errors use.
+    pub fn path(&self) -> &Path {
+        self.table.path()
+    }
+
+    fn next_row(&mut self) -> Result<Option<TokenRow>> {
+        loop {
+            let path = self.table.path().to_path_buf();
+            match self.table.next_line()? {
+                None => return Ok(None),
+                Some(Line::Comment { text, line }) => match SummaryTrailer::parse(text, line) {
+                    Some(t) => self.summaries.push(t),
+                    None => self.comments.push((line, text.to_string())),
+                },
+                Some(Line::Row(f)) => return TokenRow::parse(&self.map, &f, &path).map(Some),
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for MetricsReader<R> {
+    type Item = Result<TokenRow>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.next_row() {
+            Ok(Some(r)) => {
+                self.rows += 1;
+                Some(Ok(r))
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                if !self.table.last_line_complete() && !matches!(e, Error::Io { .. }) {
+                    self.truncated = Some(Truncated {
+                        line: self.table.line_no(),
+                        reason: e.to_string(),
+                    });
+                    None
+                } else {
+                    Some(Err(e))
+                }
+            }
+        }
+    }
+}
+
+/// A whole metrics file in memory (for small files; stream with [`MetricsReader`] otherwise).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsFile {
+    /// The typed preamble.
+    pub info: RunInfo,
+    /// The raw preamble.
+    pub preamble: Preamble,
+    /// The header's column names.
+    pub header: Vec<String>,
+    /// All rows.
+    pub rows: Vec<TokenRow>,
+    /// All trailers.
+    pub summaries: Vec<SummaryTrailer>,
+    /// Set when the last line was cut short.
+    pub truncated: Option<Truncated>,
+}
+
+impl MetricsFile {
+    /// Reads a whole metrics CSV.
+    ///
+    /// # Errors
+    /// As [`MetricsReader`].
+    pub fn read(path: impl AsRef<Path>) -> Result<MetricsFile> {
+        let mut r = MetricsReader::open(path)?;
+        let rows = r.by_ref().collect::<Result<Vec<_>>>()?;
+        Ok(MetricsFile {
+            info: r.info.clone(),
+            preamble: r.preamble().clone(),
+            header: r.header().to_vec(),
+            rows,
+            summaries: r.summaries,
+            truncated: r.truncated,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// writer
+
+/// Writes a metrics CSV v2; every row and trailer is flushed as written.
+pub struct MetricsWriter<W: Write> {
+    out: BufWriter<W>,
+    path: PathBuf,
+    line: String,
+}
+
+impl MetricsWriter<File> {
+    /// Creates (truncates) `path` and writes the preamble and header.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be created or written; [`Error::Unwritable`] for a
+    /// preamble value that cannot be represented.
+    pub fn create(path: impl AsRef<Path>, info: &RunInfo) -> Result<Self> {
+        let path = path.as_ref();
+        let f = File::create(path).map_err(|e| Error::io(path, e))?;
+        let mut w = MetricsWriter::new(f, info)?;
+        w.path = path.to_path_buf();
+        Ok(w)
+    }
+}
+
+impl<W: Write> MetricsWriter<W> {
+    /// Writes the preamble and header to `out` and flushes.
+    ///
+    /// # Errors
+    /// [`Error::Io`] on a write error; [`Error::Unwritable`] for a bad preamble value.
+    pub fn new(out: W, info: &RunInfo) -> Result<Self> {
+        let mut w = MetricsWriter {
+            out: BufWriter::new(out),
+            path: PathBuf::from("<metrics csv>"),
+            line: String::with_capacity(512),
+        };
+        let mut head = info.to_lines()?.join("\n");
+        head.push('\n');
+        head.push_str(&TokenRow::header());
+        head.push('\n');
+        w.emit(&head)?;
+        Ok(w)
+    }
+
+    fn emit(&mut self, text: &str) -> Result<()> {
+        self.out
+            .write_all(text.as_bytes())
+            .and_then(|()| self.out.flush())
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Writes one row and flushes it to the underlying writer.
+    ///
+    /// # Errors
+    /// [`Error::Io`] on a write error.
+    pub fn write_row(&mut self, row: &TokenRow) -> Result<()> {
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        row.write_csv(&mut line);
+        line.push('\n');
+        let r = self.emit(&line);
+        self.line = line;
+        r
+    }
+
+    /// Writes a `# summary` trailer and flushes.
+    ///
+    /// # Errors
+    /// [`Error::Io`]; [`Error::Unwritable`] for a pair that cannot be represented.
+    pub fn write_summary(&mut self, trailer: &SummaryTrailer) -> Result<()> {
+        let mut line = trailer.to_line()?;
+        line.push('\n');
+        self.emit(&line)
+    }
+
+    /// Flushes and returns the underlying writer.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the final flush fails.
+    pub fn into_inner(self) -> Result<W> {
+        let path = self.path;
+        self.out
+            .into_inner()
+            .map_err(|e| Error::io(&path, e.into_error()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v0_file_reads_by_name() {
+        let text = "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n1,256,563.097,462.868,100.228,1101791232,-1.00,0.000\n# summary tokens=1 s/tok=0.585\n";
+        let mut r = MetricsReader::new(text.as_bytes(), "v0").expect("open");
+        let rows: Vec<_> = r.by_ref().collect::<Result<_>>().expect("rows");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].wall_ms, Some(563.097));
+        assert_eq!(rows[0].mgmt_ms, None);
+        assert_eq!(r.run_info().version, None);
+        assert_eq!(r.summaries()[0].get_f64("s/tok"), Some(0.585));
+    }
+
+    #[test]
+    fn truncated_last_line_is_a_flag() {
+        let text = "step,steps,wall_ms\n1,2,3.0\n2,2";
+        let mut r = MetricsReader::new(text.as_bytes(), "t").expect("open");
+        let rows: Vec<_> = r.by_ref().collect::<Result<_>>().expect("rows");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(r.truncated().map(|t| t.line), Some(3));
+    }
+
+    #[test]
+    fn bad_cell_names_line_and_column() {
+        let text = "step,steps,wall_ms\n1,2,3.0\n2,2,abc\n3,2,1\n";
+        let r = MetricsReader::new(text.as_bytes(), "f.csv").expect("open");
+        let e = r
+            .collect::<Result<Vec<_>>>()
+            .expect_err("must fail")
+            .to_string();
+        assert!(e.contains("f.csv:3") && e.contains("wall_ms"), "{e}");
+    }
+
+    #[test]
+    fn mistyped_preamble_key() {
+        let text = "# bmoe_metrics v2\n# model=x n_layer=abc\nstep\n";
+        let e = MetricsReader::new(text.as_bytes(), "p.csv")
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(e.contains("p.csv:2") && e.contains("n_layer"), "{e}");
+    }
+}
