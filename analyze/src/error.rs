@@ -1,0 +1,85 @@
+//! The one error type of the library: what failed, where, and what to do about it.
+
+use std::path::{Path, PathBuf};
+
+/// Result alias for this crate.
+pub type Result<T, E = AnalyzeError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while reading or analysing a trace.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyzeError {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A line of the file does not follow its format.
+    #[error("{path}:{line}: {what}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with the line.
+        what: String,
+    },
+    /// The file lacks a column a view needs.
+    #[error("{path}: no column `{column}` - {why}")]
+    MissingColumn {
+        /// The file.
+        path: PathBuf,
+        /// The missing column.
+        column: String,
+        /// Which view needs it and why.
+        why: String,
+    },
+    /// Nothing to analyse after reading and filtering.
+    #[error("{0}")]
+    Empty(String),
+    /// Anything else the user can fix, with its own hint.
+    #[error("{message}")]
+    Invalid {
+        /// What failed.
+        message: String,
+        /// What to do.
+        hint: String,
+    },
+}
+
+impl AnalyzeError {
+    /// An I/O error on `path`.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// A malformed line `line` (1-based) of `path`.
+    pub fn malformed(path: &Path, line: usize, what: impl Into<String>) -> Self {
+        Self::Malformed {
+            path: path.to_path_buf(),
+            line,
+            what: what.into(),
+        }
+    }
+
+    /// The `hint:` line printed under the error.
+    #[must_use]
+    pub fn hint(&self) -> String {
+        match self {
+            Self::Io { .. } => "check the path; the file must exist and be readable".into(),
+            Self::Malformed { .. } => {
+                "fix or remove that line; the format is in docs/telemetry.md (the writer may have been killed mid-line)".into()
+            }
+            Self::MissingColumn { .. } => {
+                "record the trace with a bmoe version that writes this column, or pick another view".into()
+            }
+            Self::Empty(_) => "check the file and the --phase/--turn filters (try --phase all)".into(),
+            Self::Invalid { hint, .. } => hint.clone(),
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! bmoe-analyze: fast ports of the BigMoeOnEdge trace analyses (route views, cache-policy replay,
+//! dropping replay, compute/io reports, metrics tables) with the reference output layout, plus
+//! bootstrap confidence intervals and machine-readable output.
+//!
+//! The text renderers reproduce the reference scripts byte for byte (see
+//! `/work/shared/specs/analysis.md`); every deliberate difference is listed in `docs/analyze.md`.
+
+pub mod decode;
+pub mod drop;
+pub mod error;
+pub mod metrics;
+pub mod preamble;
+pub mod pyfmt;
+pub mod replay;
+pub mod route;
+
+pub use error::{AnalyzeError, Result};

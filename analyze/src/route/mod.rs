@@ -1,0 +1,146 @@
+//! Route traces (`# route_trace v1`): reading, grouping into cells, and the route-analyze views.
+
+pub mod cells;
+pub mod matrix;
+pub mod trace;
+pub mod views;
+
+pub use cells::Cells;
+pub use trace::{Phase, RouteFilter, RouteMeta, RouteRows, RouteTrace};
+
+use std::fmt::Write as _;
+
+use crate::{AnalyzeError, Result};
+pub use matrix::{CellMode, MatrixOptions, Span};
+
+/// One route-analyze view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum View {
+    /// sanity, hot, reuse, overlap, workset, cache, entropy, bytes.
+    Default,
+    /// matrix, hot, reuse, overlap, workset, cache, entropy, bytes, sanity.
+    All,
+    /// Step × layer grid.
+    Matrix,
+    /// Most activated experts per layer.
+    Hot,
+    /// Reuse distances.
+    Reuse,
+    /// Overlap with earlier steps.
+    Overlap,
+    /// Working-set growth.
+    Workset,
+    /// Residency outcome shares.
+    Cache,
+    /// Routing entropy.
+    Entropy,
+    /// Bytes read.
+    Bytes,
+    /// Consistency checks.
+    Sanity,
+}
+
+impl View {
+    /// The single views this selection expands to, in print order.
+    #[must_use]
+    pub fn expand(self) -> Vec<View> {
+        use View::*;
+        match self {
+            Default => vec![Sanity, Hot, Reuse, Overlap, Workset, Cache, Entropy, Bytes],
+            All => vec![
+                Matrix, Hot, Reuse, Overlap, Workset, Cache, Entropy, Bytes, Sanity,
+            ],
+            v => vec![v],
+        }
+    }
+}
+
+/// Options of `bmoe-analyze route`.
+#[derive(Debug, Clone)]
+pub struct RouteOptions {
+    /// Which view(s).
+    pub view: View,
+    /// Row filter.
+    pub filter: RouteFilter,
+    /// Matrix options.
+    pub matrix: MatrixOptions,
+    /// `--top` for hot.
+    pub top: i64,
+}
+
+/// The three header lines (and the dropping note).
+pub fn header(out: &mut String, t: &RouteTrace, phase: Phase) {
+    let m = &t.meta;
+    let _ = writeln!(out, "model   {}", m.model);
+    let _ = writeln!(
+        out,
+        "arch    {}   n_layer {}   n_expert {}   n_expert_used {}",
+        m.arch, m.n_layer, m.n_expert, m.n_expert_used
+    );
+    let _ = writeln!(out, "phase   {}   rows {}", phase.name(), t.rows.len());
+    if t.n_dropped > 0 {
+        let pct = 100.0 * t.n_dropped as f64 / t.rows.len().max(1) as f64;
+        let _ = writeln!(
+            out,
+            "NOTE    cache-aware dropping was ON: {} of {} routings ({}%) were discarded and never read.",
+            t.n_dropped,
+            t.rows.len(),
+            crate::pyfmt::f(pct, 1)
+        );
+        out.push_str(
+            "        Figures below are what the ROUTER asked for; use scripts/route-drop-replay.py for what it cost.\n",
+        );
+    }
+}
+
+/// Render the selected views of an already-read trace.
+pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
+    if t.rows.is_empty() {
+        let turn = opt
+            .filter
+            .turn
+            .map_or("None".to_string(), |v| v.to_string());
+        return Err(AnalyzeError::Empty(format!(
+            "{}: no rows for phase={} turn={turn} - is this a route trace?",
+            t.path.display(),
+            opt.filter.phase.name()
+        )));
+    }
+    let cells = Cells::build(&t.rows);
+    let views = opt.view.expand();
+    let needs_seq = views
+        .iter()
+        .any(|v| matches!(v, View::Reuse | View::Overlap | View::Workset));
+    let seq = if needs_seq {
+        views::seq_by_layer(t, &cells)
+    } else {
+        Vec::new()
+    };
+    let mut out = String::new();
+    header(&mut out, t, opt.filter.phase);
+    for v in views {
+        match v {
+            View::Matrix => {
+                if !matrix::matrix(&mut out, t, &cells, &opt.matrix) {
+                    if opt.view == View::Matrix {
+                        return Err(AnalyzeError::Empty(format!(
+                            "{}: no rows for that layer/step selection",
+                            t.path.display()
+                        )));
+                    }
+                    out.push_str("no rows for that layer/step selection\n");
+                }
+            }
+            View::Hot => views::hot(&mut out, t, &cells, opt.top),
+            View::Reuse => views::reuse(&mut out, t, &seq, &cells.layers),
+            View::Overlap => views::overlap(&mut out, &seq, &cells.layers),
+            View::Workset => views::workset(&mut out, t, &seq, &cells.layers),
+            View::Cache => views::cache(&mut out, t, &cells),
+            View::Entropy => views::entropy(&mut out, t, &cells),
+            View::Bytes => views::bytes(&mut out, t, &cells),
+            View::Sanity => views::sanity(&mut out, t, &cells),
+            View::Default | View::All => {}
+        }
+    }
+    Ok(out)
+}

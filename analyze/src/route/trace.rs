@@ -1,0 +1,461 @@
+//! Reading a route trace into typed columns.
+//!
+//! Columns are located by the header's names (the 9-column 2026-07-15 layout and the 10-column
+//! layout with `dropped` both work); numbers are parsed strictly: a malformed line is an error
+//! naming the file and line, never a silent skip or a crash. Only blank lines are skipped.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use crate::preamble::{get, kv_tokens};
+use crate::{AnalyzeError, Result};
+
+/// Which phase's rows to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// phase 1: one token per step.
+    Decode,
+    /// phase 0: the batched prompt pass.
+    Prefill,
+    /// No phase filter.
+    All,
+}
+
+impl Phase {
+    /// The CLI spelling.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Decode => "decode",
+            Self::Prefill => "prefill",
+            Self::All => "all",
+        }
+    }
+
+    fn keeps(self, phase: u8) -> bool {
+        match self {
+            Self::Decode => phase == 1,
+            Self::Prefill => phase == 0,
+            Self::All => true,
+        }
+    }
+}
+
+/// Row filter applied while reading.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteFilter {
+    /// Keep only this turn.
+    pub turn: Option<i64>,
+    /// Keep only this phase.
+    pub phase: Phase,
+}
+
+/// The preamble of a route trace.
+#[derive(Debug, Clone, Default)]
+pub struct RouteMeta {
+    /// `model=` (the GGUF path), `?` when absent.
+    pub model: String,
+    /// `arch=`, `?` when absent.
+    pub arch: String,
+    /// `n_layer=` (0 when absent).
+    pub n_layer: i64,
+    /// `n_expert=` (0 when absent).
+    pub n_expert: i64,
+    /// `n_expert_used=` (0 when absent).
+    pub n_expert_used: i64,
+    /// Per-layer `expert_bytes=` from the `# layer=` lines.
+    pub expert_bytes: BTreeMap<i64, u64>,
+    /// Per-layer `dense_bytes=` from the `# layer=` lines.
+    pub dense_bytes: BTreeMap<i64, u64>,
+    /// `expert_bytes` of the first `# layer=` line in file order.
+    pub first_expert_bytes: Option<u64>,
+}
+
+/// Kept rows as columns, in file order.
+#[derive(Debug, Clone, Default)]
+pub struct RouteRows {
+    /// `turn`.
+    pub turn: Vec<i32>,
+    /// `phase` (0 prefill, 1 decode).
+    pub phase: Vec<u8>,
+    /// `step`.
+    pub step: Vec<i32>,
+    /// `layer`.
+    pub layer: Vec<u16>,
+    /// `slot` (0 = router's top choice).
+    pub slot: Vec<u16>,
+    /// `expert`.
+    pub expert: Vec<u32>,
+    /// `weight`; NaN = unknown.
+    pub weight: Vec<f64>,
+    /// `residency` 0 miss, 1 hit, 2 prefetch hit.
+    pub residency: Vec<u8>,
+    /// `expert_bytes` charged to this routing.
+    pub bytes: Vec<u64>,
+    /// `dropped` (0 when the column is absent).
+    pub dropped: Vec<u8>,
+}
+
+impl RouteRows {
+    /// Number of kept rows.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.step.len()
+    }
+
+    /// True when no row was kept.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.step.is_empty()
+    }
+}
+
+/// A route trace read with a filter.
+#[derive(Debug, Clone)]
+pub struct RouteTrace {
+    /// The file read.
+    pub path: PathBuf,
+    /// Its preamble.
+    pub meta: RouteMeta,
+    /// Kept rows.
+    pub rows: RouteRows,
+    /// Whether the file has a `dropped` column.
+    pub has_dropped: bool,
+    /// Kept rows whose `dropped` is non-zero.
+    pub n_dropped: usize,
+    /// Data rows in the file before filtering.
+    pub total_rows: usize,
+}
+
+const COLUMNS: [&str; 9] = [
+    "turn",
+    "phase",
+    "step",
+    "layer",
+    "slot",
+    "expert",
+    "weight",
+    "residency",
+    "expert_bytes",
+];
+
+struct Layout {
+    idx: [usize; 9],
+    dropped: Option<usize>,
+    n_fields: usize,
+}
+
+impl Layout {
+    fn positional() -> Self {
+        Self {
+            idx: [0, 1, 2, 3, 4, 5, 6, 7, 8],
+            dropped: Some(9),
+            n_fields: 9,
+        }
+    }
+
+    fn from_header(path: &Path, line_no: usize, line: &str) -> Result<Self> {
+        let names: Vec<&str> = line.split(',').map(str::trim).collect();
+        let mut idx = [0usize; 9];
+        for (slot, want) in COLUMNS.iter().enumerate() {
+            idx[slot] = names.iter().position(|n| n == want).ok_or_else(|| {
+                AnalyzeError::malformed(
+                    path,
+                    line_no,
+                    format!("header has no `{want}` column (is this a route trace?)"),
+                )
+            })?;
+        }
+        let dropped = names.iter().position(|n| *n == "dropped");
+        Ok(Self {
+            idx,
+            dropped,
+            n_fields: names.len(),
+        })
+    }
+}
+
+fn parse_int(field: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(field).ok()?.trim();
+    let s = s.strip_prefix('+').unwrap_or(s);
+    s.parse::<i64>().ok()
+}
+
+fn field_err(path: &Path, line: usize, name: &str, raw: &[u8], want: &str) -> AnalyzeError {
+    AnalyzeError::malformed(
+        path,
+        line,
+        format!(
+            "column `{name}`: {:?} is not {want}",
+            String::from_utf8_lossy(raw).trim()
+        ),
+    )
+}
+
+fn int_in<T: TryFrom<i64>>(
+    path: &Path,
+    line: usize,
+    name: &str,
+    raw: &[u8],
+    want: &str,
+) -> Result<T> {
+    parse_int(raw)
+        .and_then(|v| T::try_from(v).ok())
+        .ok_or_else(|| field_err(path, line, name, raw, want))
+}
+
+fn parse_weight(path: &Path, line: usize, raw: &[u8]) -> Result<f64> {
+    let s = std::str::from_utf8(raw)
+        .map_err(|_| field_err(path, line, "weight", raw, "a number"))?
+        .trim();
+    if s == "nan" {
+        return Ok(f64::NAN);
+    }
+    s.parse::<f64>()
+        .map_err(|_| field_err(path, line, "weight", raw, "a number or nan"))
+}
+
+fn parse_meta_line(path: &Path, line_no: usize, line: &str, meta: &mut RouteMeta) -> Result<()> {
+    let tokens = kv_tokens(line);
+    let int_or_zero = |key: &str| -> Result<i64> {
+        match get(&tokens, key) {
+            None => Ok(0),
+            Some(v) => v.trim().parse::<i64>().map_err(|_| {
+                AnalyzeError::malformed(
+                    path,
+                    line_no,
+                    format!("preamble `{key}={v}` is not an integer"),
+                )
+            }),
+        }
+    };
+    if let Some(model) = get(&tokens, "model") {
+        meta.model = model.to_string();
+        meta.arch = get(&tokens, "arch").unwrap_or("?").to_string();
+        meta.n_layer = int_or_zero("n_layer")?;
+        meta.n_expert = int_or_zero("n_expert")?;
+        meta.n_expert_used = int_or_zero("n_expert_used")?;
+    } else if let (Some(_), Some(_)) = (get(&tokens, "layer"), get(&tokens, "expert_bytes")) {
+        let layer = int_or_zero("layer")?;
+        let eb = int_or_zero("expert_bytes")?;
+        let db = int_or_zero("dense_bytes")?;
+        let (Ok(eb), Ok(db)) = (u64::try_from(eb), u64::try_from(db)) else {
+            return Err(AnalyzeError::malformed(
+                path,
+                line_no,
+                "negative byte count in the preamble",
+            ));
+        };
+        meta.first_expert_bytes.get_or_insert(eb);
+        meta.expert_bytes.insert(layer, eb);
+        meta.dense_bytes.insert(layer, db);
+    }
+    Ok(())
+}
+
+impl RouteTrace {
+    /// Read `path`, keeping rows that pass `filter`.
+    pub fn read(path: &Path, filter: RouteFilter) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| AnalyzeError::io(path, e))?;
+        Self::from_reader(path, file, filter)
+    }
+
+    /// Read a route trace from any reader; `path` is used in messages only.
+    pub fn from_reader(path: &Path, reader: impl Read, filter: RouteFilter) -> Result<Self> {
+        let mut meta = RouteMeta {
+            model: "?".into(),
+            arch: "?".into(),
+            ..RouteMeta::default()
+        };
+        let mut rows = RouteRows::default();
+        let mut layout: Option<Layout> = None;
+        let mut n_dropped = 0usize;
+        let mut total_rows = 0usize;
+        let mut reader = BufReader::with_capacity(1 << 20, reader);
+        let mut buf = Vec::with_capacity(256);
+        let mut line_no = 0usize;
+        loop {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| AnalyzeError::io(path, e))?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            let mut line: &[u8] = &buf;
+            while let [rest @ .., b'\n' | b'\r'] = line {
+                line = rest;
+            }
+            if line.first() == Some(&b'#') {
+                let text = String::from_utf8_lossy(line);
+                parse_meta_line(path, line_no, &text, &mut meta)?;
+                continue;
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            if line.starts_with(b"turn,") {
+                let text = String::from_utf8_lossy(line);
+                layout = Some(Layout::from_header(path, line_no, &text)?);
+                continue;
+            }
+            let lay = layout.get_or_insert_with(Layout::positional);
+            let mut fields: [&[u8]; 16] = [&[]; 16];
+            let mut n_fields = 0usize;
+            for part in line.split(|&b| b == b',') {
+                if n_fields < fields.len() {
+                    fields[n_fields] = part;
+                }
+                n_fields += 1;
+            }
+            let fields = &fields[..n_fields.min(16)];
+            if n_fields < 9 || n_fields < lay.n_fields.min(9) {
+                return Err(AnalyzeError::malformed(
+                    path,
+                    line_no,
+                    format!("{n_fields} fields, a route trace row has 9 or 10 (truncated line?)"),
+                ));
+            }
+            total_rows += 1;
+            let i = &lay.idx;
+            let turn: i32 = int_in(path, line_no, "turn", fields[i[0]], "an integer")?;
+            let phase: u8 = int_in(path, line_no, "phase", fields[i[1]], "0 or 1")?;
+            if phase > 1 {
+                return Err(field_err(
+                    path,
+                    line_no,
+                    "phase",
+                    fields[i[1]],
+                    "0 (prefill) or 1 (decode)",
+                ));
+            }
+            if filter.turn.is_some_and(|t| t != i64::from(turn)) || !filter.phase.keeps(phase) {
+                continue;
+            }
+            let step: i32 = int_in(path, line_no, "step", fields[i[2]], "an integer")?;
+            let layer: u16 = int_in(
+                path,
+                line_no,
+                "layer",
+                fields[i[3]],
+                "a layer index (0..65535)",
+            )?;
+            let slot: u16 = int_in(
+                path,
+                line_no,
+                "slot",
+                fields[i[4]],
+                "a slot index (0..65535)",
+            )?;
+            let expert: u32 = int_in(path, line_no, "expert", fields[i[5]], "an expert id")?;
+            let weight = parse_weight(path, line_no, fields[i[6]])?;
+            let residency: u8 = int_in(path, line_no, "residency", fields[i[7]], "0, 1 or 2")?;
+            if residency > 2 {
+                return Err(field_err(
+                    path,
+                    line_no,
+                    "residency",
+                    fields[i[7]],
+                    "0 (miss), 1 (hit) or 2 (prefetch hit)",
+                ));
+            }
+            let bytes: u64 = int_in(path, line_no, "expert_bytes", fields[i[8]], "a byte count")?;
+            let dropped: u8 = match lay.dropped.and_then(|d| fields.get(d)) {
+                None => 0,
+                Some(raw) if raw.iter().all(u8::is_ascii_whitespace) => 0,
+                Some(raw) => int_in(path, line_no, "dropped", raw, "0 or 1")?,
+            };
+            if dropped != 0 {
+                n_dropped += 1;
+            }
+            rows.turn.push(turn);
+            rows.phase.push(phase);
+            rows.step.push(step);
+            rows.layer.push(layer);
+            rows.slot.push(slot);
+            rows.expert.push(expert);
+            rows.weight.push(weight);
+            rows.residency.push(residency);
+            rows.bytes.push(bytes);
+            rows.dropped.push(dropped);
+        }
+        let has_dropped = layout
+            .as_ref()
+            .is_some_and(|l| l.dropped.is_some_and(|d| d < l.n_fields));
+        Ok(Self {
+            path: path.to_path_buf(),
+            meta,
+            rows,
+            has_dropped,
+            n_dropped,
+            total_rows,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = "# route_trace v1\n# model=/m/x.gguf arch=qwen3moe n_layer=2 n_expert=8 n_expert_used=2\n\
+# layer=0 expert_bytes=1048576 dense_bytes=10\n# layer=1 expert_bytes=2097152 dense_bytes=20\n\
+turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n\
+0,0,0,0,0,3,0.6,0,1048576\n0,0,0,0,1,4,0.4,0,1048576\n0,1,5,0,0,3,0.7,1,0\n0,1,5,0,1,5,nan,0,1048576\n";
+
+    fn read(text: &str, phase: Phase) -> Result<RouteTrace> {
+        RouteTrace::from_reader(
+            Path::new("t.csv"),
+            text.as_bytes(),
+            RouteFilter { turn: None, phase },
+        )
+    }
+
+    #[test]
+    fn reads_preamble_and_filters_phase() {
+        let t = read(SMALL, Phase::Decode).expect("valid trace");
+        assert_eq!(t.meta.model, "/m/x.gguf");
+        assert_eq!(
+            (t.meta.n_layer, t.meta.n_expert, t.meta.n_expert_used),
+            (2, 8, 2)
+        );
+        assert_eq!(t.meta.expert_bytes.get(&1), Some(&2_097_152));
+        assert_eq!(t.meta.first_expert_bytes, Some(1_048_576));
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows.expert, vec![3, 5]);
+        assert!(t.rows.weight[1].is_nan());
+        assert_eq!(read(SMALL, Phase::All).expect("valid").rows.len(), 4);
+    }
+
+    #[test]
+    fn malformed_lines_name_file_and_line() {
+        let bad = SMALL.replace("0,1,5,0,0,3,0.7,1,0", "0,1,5,0,0,x,0.7,1,0");
+        let err = read(&bad, Phase::All).expect_err("bad expert");
+        assert_eq!(
+            err.to_string(),
+            "t.csv:8: column `expert`: \"x\" is not an expert id"
+        );
+        let short = format!("{SMALL}0,1,6,0\n");
+        let err = read(&short, Phase::All).expect_err("short line");
+        assert!(err.to_string().starts_with("t.csv:10: 4 fields"), "{err}");
+        let res = SMALL.replace("0,1,5,0,0,3,0.7,1,0", "0,1,5,0,0,3,0.7,7,0");
+        assert!(
+            read(&res, Phase::All)
+                .expect_err("residency")
+                .to_string()
+                .contains("residency")
+        );
+    }
+
+    #[test]
+    fn crlf_and_dropped_column() {
+        let text = SMALL
+            .replace("expert_bytes\n", "expert_bytes,dropped\n")
+            .replace('\n', "\r\n");
+        let text = text.replace("0,1,5,0,1,5,nan,0,1048576", "0,1,5,0,1,5,nan,0,0,1");
+        let t = read(&text, Phase::Decode).expect("crlf ok");
+        assert!(t.has_dropped);
+        assert_eq!(t.n_dropped, 1);
+    }
+}

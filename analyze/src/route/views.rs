@@ -1,0 +1,535 @@
+//! The route-analyze views (everything but `matrix`, which lives in its own module).
+//!
+//! Each view appends its text to a `String`, starting with an empty line and a `=== title ===`
+//! line, exactly as the reference prints it.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::{Cells, RouteTrace};
+use crate::pyfmt::{f, fw};
+
+const MIB: f64 = 1_048_576.0;
+
+/// A map from expert id to a value: dense when ids are small, hashed otherwise.
+pub(crate) enum ExpertMap<V: Copy> {
+    Dense(Vec<Option<V>>),
+    Sparse(HashMap<u32, V>),
+}
+
+impl<V: Copy> ExpertMap<V> {
+    pub(crate) fn new(max_id: u32) -> Self {
+        if max_id < (1 << 20) {
+            Self::Dense(vec![None; max_id as usize + 1])
+        } else {
+            Self::Sparse(HashMap::new())
+        }
+    }
+    pub(crate) fn get(&self, id: u32) -> Option<V> {
+        match self {
+            Self::Dense(v) => v.get(id as usize).copied().flatten(),
+            Self::Sparse(m) => m.get(&id).copied(),
+        }
+    }
+    pub(crate) fn insert(&mut self, id: u32, value: V) {
+        match self {
+            Self::Dense(v) => {
+                if let Some(slot) = v.get_mut(id as usize) {
+                    *slot = Some(value);
+                }
+            }
+            Self::Sparse(m) => {
+                m.insert(id, value);
+            }
+        }
+    }
+}
+
+fn max_expert(t: &RouteTrace) -> u32 {
+    t.rows.expert.iter().copied().max().unwrap_or(0)
+}
+
+/// Position lists per layer: for each layer (ascending) the expert ids of each position, ordered
+/// by (slot, expert).
+pub(crate) fn seq_by_layer(t: &RouteTrace, cells: &Cells) -> Vec<Vec<Vec<u32>>> {
+    cells
+        .by_layer
+        .iter()
+        .map(|list| {
+            list.iter()
+                .map(|&c| cells.ids_by_slot_expert(c, &t.rows))
+                .collect()
+        })
+        .collect()
+}
+
+/// `hot`: the most activated experts per layer.
+pub fn hot(out: &mut String, t: &RouteTrace, cells: &Cells, top: i64) {
+    let _ = writeln!(
+        out,
+        "\n=== hot experts per layer (top {top}) - 'coverage' = share of this layer's activations ==="
+    );
+    out.push_str("layer  unique coverage  expert:activations\n");
+    let mut index: ExpertMap<u32> = ExpertMap::new(max_expert(t));
+    for (li, &layer) in cells.layers.iter().enumerate() {
+        // (expert, count) in order of first appearance in the file.
+        let mut counts: Vec<(u32, u64, u32)> = Vec::new();
+        let mut rows: Vec<u32> = cells.by_layer[li]
+            .iter()
+            .flat_map(|&c| cells.rows(c).iter().copied())
+            .collect();
+        rows.sort_unstable();
+        for &r in &rows {
+            let e = t.rows.expert[r as usize];
+            match index.get(e) {
+                Some(i)
+                    if (i as usize) < counts.len()
+                        && counts[i as usize].0 == e
+                        && counts[i as usize].2 == u32::from(layer) =>
+                {
+                    counts[i as usize].1 += 1;
+                }
+                _ => {
+                    index.insert(e, counts.len() as u32);
+                    counts.push((e, 1, u32::from(layer)));
+                }
+            }
+        }
+        let total: u64 = counts.iter().map(|c| c.1).sum();
+        let unique = counts.len();
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let shown = py_slice_len(counts.len(), top);
+        let top_sum: u64 = counts[..shown].iter().map(|c| c.1).sum();
+        let coverage = if total > 0 {
+            100.0 * top_sum as f64 / total as f64
+        } else {
+            0.0
+        };
+        let list: Vec<String> = counts[..shown]
+            .iter()
+            .map(|(e, n, _)| format!("{e}:{n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{layer:5} {unique:7} {}%  {}",
+            fw(coverage, 7, 1),
+            list.join(" ")
+        );
+    }
+}
+
+/// Length of Python's `xs[:n]` for a list of `len` items.
+pub(crate) fn py_slice_len(len: usize, n: i64) -> usize {
+    if n >= 0 {
+        (n as usize).min(len)
+    } else {
+        len.saturating_sub(n.unsigned_abs() as usize)
+    }
+}
+
+/// `reuse`: distance in positions between consecutive uses of an expert at a layer.
+pub fn reuse(out: &mut String, t: &RouteTrace, seq: &[Vec<Vec<u32>>], layers: &[u16]) {
+    out.push_str("\n=== reuse distance per (layer, expert), in steps ===\n");
+    out.push_str("layer  n_reuse      p50      p90      max never_2nd\n");
+    let max_id = max_expert(t);
+    for (li, positions) in seq.iter().enumerate() {
+        let mut last: ExpertMap<(usize, u32)> = ExpertMap::new(max_id);
+        let mut dists: Vec<usize> = Vec::new();
+        let mut seen_ids: Vec<u32> = Vec::new();
+        for (idx, ids) in positions.iter().enumerate() {
+            for &e in ids {
+                match last.get(e) {
+                    Some((p, uses)) => {
+                        dists.push(idx - p);
+                        last.insert(e, (idx, uses + 1));
+                    }
+                    None => {
+                        seen_ids.push(e);
+                        last.insert(e, (idx, 1));
+                    }
+                }
+            }
+        }
+        let never_2nd = seen_ids
+            .iter()
+            .filter(|&&e| last.get(e).is_some_and(|(_, u)| u == 1))
+            .count();
+        dists.sort_unstable();
+        let layer = layers[li];
+        if dists.is_empty() {
+            let _ = writeln!(
+                out,
+                "{layer:5} {:8} {:>8} {:>8} {:>8} {never_2nd:9}",
+                0, "-", "-", "-"
+            );
+        } else {
+            let n = dists.len();
+            let p = |q: f64| dists[((q * n as f64).floor() as usize).min(n - 1)];
+            let _ = writeln!(
+                out,
+                "{layer:5} {n:8} {:8} {:8} {:8} {never_2nd:9}",
+                p(0.5),
+                p(0.9),
+                dists[n - 1]
+            );
+        }
+    }
+    out.push_str(
+        "\nnever_2nd = experts this layer routed exactly once (pure cache pollution under LRU).\n",
+    );
+}
+
+fn distinct_sorted(ids: &[u32]) -> Vec<u32> {
+    let mut v = ids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn intersection_len(a: &[u32], b: &[u32]) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                n += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    n
+}
+
+const LAGS: [usize; 4] = [1, 2, 4, 8];
+
+/// `overlap`: share of a position's experts also routed `g` positions earlier.
+pub fn overlap(out: &mut String, seq: &[Vec<Vec<u32>>], layers: &[u16]) {
+    out.push_str("\n=== routing overlap with earlier steps (mean % of the top-k shared) ===\n");
+    out.push_str("layer");
+    for g in LAGS {
+        let _ = write!(out, " {:>9}", format!("lag {g}"));
+    }
+    out.push('\n');
+    let mut pooled: Vec<Vec<f64>> = vec![Vec::new(); LAGS.len()];
+    for (li, positions) in seq.iter().enumerate() {
+        let sets: Vec<Vec<u32>> = positions.iter().map(|ids| distinct_sorted(ids)).collect();
+        let _ = write!(out, "{:5}", layers[li]);
+        for (gi, &g) in LAGS.iter().enumerate() {
+            let mut vals = Vec::new();
+            for i in g..sets.len() {
+                if sets[i].is_empty() {
+                    continue;
+                }
+                vals.push(
+                    100.0 * intersection_len(&sets[i], &sets[i - g]) as f64 / sets[i].len() as f64,
+                );
+            }
+            let m = if vals.is_empty() {
+                0.0
+            } else {
+                vals.iter().sum::<f64>() / vals.len() as f64
+            };
+            let _ = write!(out, " {}%", fw(m, 8, 1));
+            pooled[gi].extend(vals);
+        }
+        out.push('\n');
+    }
+    out.push_str("  ALL");
+    for vals in &pooled {
+        let m = if vals.is_empty() {
+            0.0
+        } else {
+            vals.iter().sum::<f64>() / vals.len() as f64
+        };
+        let _ = write!(out, " {}%", fw(m, 8, 1));
+    }
+    out.push('\n');
+}
+
+/// `workset`: cumulative distinct experts per layer after 1, 2, 5, … positions.
+pub fn workset(out: &mut String, t: &RouteTrace, seq: &[Vec<Vec<u32>>], layers: &[u16]) {
+    let longest = seq.iter().map(Vec::len).max().unwrap_or(0);
+    if longest == 0 {
+        return;
+    }
+    let mut marks: Vec<usize> = [1, 2, 5, 10, 25, 50, 100, 200, 500, 1000]
+        .into_iter()
+        .filter(|&m| m <= longest)
+        .collect();
+    if marks.last() != Some(&longest) {
+        marks.push(longest);
+    }
+    out.push_str("\n=== cumulative unique experts (working-set growth) ===\n");
+    let _ = write!(out, "layer {:>7}", "of");
+    for m in &marks {
+        let _ = write!(out, " {:>7}", format!("s{m}"));
+    }
+    out.push('\n');
+    let max_id = max_expert(t);
+    let mut union_bytes = 0.0f64;
+    for (li, positions) in seq.iter().enumerate() {
+        let mut seen: ExpertMap<()> = ExpertMap::new(max_id);
+        let mut curve = Vec::with_capacity(positions.len());
+        let mut distinct = 0u64;
+        for ids in positions {
+            for &e in ids {
+                if seen.get(e).is_none() {
+                    seen.insert(e, ());
+                    distinct += 1;
+                }
+            }
+            curve.push(distinct);
+        }
+        let _ = write!(out, "{:5} {:7}", layers[li], t.meta.n_expert);
+        for &m in &marks {
+            let v = if m <= curve.len() { curve[m - 1] } else { 0 };
+            let _ = write!(out, " {v:7}");
+        }
+        out.push('\n');
+        let at_t = if longest <= curve.len() {
+            curve[longest - 1]
+        } else {
+            0
+        };
+        let eb = t
+            .meta
+            .expert_bytes
+            .get(&i64::from(layers[li]))
+            .copied()
+            .unwrap_or(0);
+        union_bytes += eb as f64 * at_t as f64;
+    }
+    let _ = writeln!(
+        out,
+        "\nAt step {longest} the union of routed experts is {} MiB of expert weights across all layers.",
+        f(union_bytes / MIB, 1)
+    );
+    out.push_str("Compare that to the cache budget: a working set that fits is a cache that stops missing.\n");
+}
+
+/// `cache`: miss/hit/prefetch shares per layer, from the trace's own residency column.
+pub fn cache(out: &mut String, t: &RouteTrace, cells: &Cells) {
+    out.push_str("\n=== cache outcome per layer (share of routings) ===\n");
+    let _ = writeln!(
+        out,
+        "layer {:>9} {:>9} {:>9} {:>10}",
+        "miss", "hit", "prefetch", "routings"
+    );
+    let mut all = [0u64; 3];
+    let mut by_slot: std::collections::BTreeMap<u16, u64> = std::collections::BTreeMap::new();
+    let row_line = |out: &mut String, label: String, c: [u64; 3]| {
+        let n: u64 = c.iter().sum();
+        let d = n.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "{label} {}% {}% {}% {n:10}",
+            fw(100.0 * c[0] as f64 / d, 8, 1),
+            fw(100.0 * c[1] as f64 / d, 8, 1),
+            fw(100.0 * c[2] as f64 / d, 8, 1)
+        );
+    };
+    for (li, &layer) in cells.layers.iter().enumerate() {
+        let mut c = [0u64; 3];
+        for &cell in &cells.by_layer[li] {
+            for &r in cells.rows(cell) {
+                let res = t.rows.residency[r as usize] as usize;
+                c[res.min(2)] += 1;
+                if res == 2 {
+                    *by_slot.entry(t.rows.slot[r as usize]).or_default() += 1;
+                }
+            }
+        }
+        for i in 0..3 {
+            all[i] += c[i];
+        }
+        row_line(out, format!("{layer:5}"), c);
+    }
+    row_line(out, "  ALL".to_string(), all);
+    if by_slot.is_empty() {
+        out.push_str("\nno prefetch hits recorded (--prefetch off, or every guess missed).\n");
+    } else {
+        let parts: Vec<String> = by_slot.iter().map(|(s, n)| format!("s{s}:{n}")).collect();
+        let _ = writeln!(
+            out,
+            "\nprefetch hits by router slot (s0 = top choice): {}",
+            parts.join(" ")
+        );
+    }
+}
+
+/// `entropy`: routing entropy (bits) and top-1 weight share per layer.
+pub fn entropy(out: &mut String, t: &RouteTrace, cells: &Cells) {
+    let mut per_layer: std::collections::BTreeMap<u16, (Vec<f64>, Vec<f64>)> =
+        std::collections::BTreeMap::new();
+    let mut largest_cell = 0usize;
+    for c in 0..cells.len() as u32 {
+        let rows = cells.rows(c);
+        largest_cell = largest_cell.max(rows.len());
+        let w: Vec<f64> = rows
+            .iter()
+            .map(|&r| t.rows.weight[r as usize])
+            .filter(|x| !x.is_nan())
+            .collect();
+        if w.is_empty() {
+            continue;
+        }
+        let s: f64 = w.iter().sum();
+        if s <= 0.0 {
+            continue;
+        }
+        let ps: Vec<f64> = w.iter().map(|x| x / s).collect();
+        let h = -ps
+            .iter()
+            .filter(|&&p| p > 0.0)
+            .map(|&p| p * p.log2())
+            .sum::<f64>();
+        let top1 = 100.0 * ps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let e = per_layer.entry(cells.layer[c as usize]).or_default();
+        e.0.push(h);
+        e.1.push(top1);
+    }
+    if per_layer.is_empty() {
+        out.push_str("\n=== routing entropy ===\n");
+        out.push_str(
+            "no router weights in this trace (every weight is nan), nothing to measure.\n",
+        );
+        return;
+    }
+    let k = if t.meta.n_expert_used > 0 {
+        t.meta.n_expert_used as f64
+    } else {
+        largest_cell as f64
+    };
+    let hmax = if k > 1.0 { k.log2() } else { 0.0 };
+    let _ = writeln!(
+        out,
+        "\n=== routing entropy per layer (bits; max = {} at k={}) and top-1 weight share ===",
+        f(hmax, 2),
+        k as i64
+    );
+    out.push_str("layer   entropy    top-1 share\n");
+    for (layer, (hs, tops)) in &per_layer {
+        let mh = hs.iter().sum::<f64>() / hs.len() as f64;
+        let mt = tops.iter().sum::<f64>() / tops.len() as f64;
+        let _ = writeln!(out, "{layer:5} {} {}%", fw(mh, 9, 2), fw(mt, 13, 1));
+    }
+}
+
+/// `bytes`: expert bytes read per layer and per step.
+pub fn bytes(out: &mut String, t: &RouteTrace, cells: &Cells) {
+    out.push_str("\n=== expert bytes read ===\n");
+    let mut total = 0u64;
+    let mut per_layer = vec![0u64; cells.layers.len()];
+    for (li, list) in cells.by_layer.iter().enumerate() {
+        for &c in list {
+            for &r in cells.rows(c) {
+                per_layer[li] += t.rows.bytes[r as usize];
+            }
+        }
+        total += per_layer[li];
+    }
+    let n_steps = cells.steps.len();
+    let _ = writeln!(
+        out,
+        "total {} MiB over {n_steps} steps ({} MiB/step average)",
+        f(total as f64 / MIB, 1),
+        f(total as f64 / MIB / n_steps.max(1) as f64, 2)
+    );
+    let _ = writeln!(
+        out,
+        "\nlayer {:>12} {:>12} {:>12}",
+        "read MiB", "expert MiB", "dense MiB"
+    );
+    for (li, &layer) in cells.layers.iter().enumerate() {
+        let l = i64::from(layer);
+        let eb = t.meta.expert_bytes.get(&l).copied().unwrap_or(0) as f64;
+        let db = t.meta.dense_bytes.get(&l).copied().unwrap_or(0) as f64;
+        let _ = writeln!(
+            out,
+            "{layer:5} {} {} {}",
+            fw(per_layer[li] as f64 / MIB, 12, 1),
+            fw(eb / MIB, 12, 2),
+            fw(db / MIB, 12, 1)
+        );
+    }
+    let dense: u64 = t.meta.dense_bytes.values().sum();
+    let _ = writeln!(
+        out,
+        "\ndense total {} MiB - static: it is mmap-resident, never streamed, so this is what a",
+        f(dense as f64 / MIB, 1)
+    );
+    out.push_str(
+        "cold layer costs to page in, not a per-step measurement. See docs/telemetry.md.\n",
+    );
+}
+
+/// `sanity`: row/cell counts, cells with an unexpected size, uneven steps per layer, weight sums.
+pub fn sanity(out: &mut String, t: &RouteTrace, cells: &Cells) {
+    out.push_str("\n=== sanity ===\n");
+    let _ = writeln!(out, "rows              {}", t.rows.len());
+    let _ = writeln!(
+        out,
+        "cells (step,layer) {} over {} steps x {} MoE layers",
+        cells.len(),
+        cells.steps.len(),
+        cells.layers.len()
+    );
+    let k = t.meta.n_expert_used;
+    let bad = if k == 0 {
+        0
+    } else {
+        (0..cells.len() as u32)
+            .filter(|&c| cells.rows(c).len() as i64 != k)
+            .count()
+    };
+    let marker = if bad > 0 { "<-- expected 0" } else { "" };
+    let _ = writeln!(out, "cells not k={:<4}  {bad} {marker}", k.to_string());
+    let counts: Vec<usize> = cells.by_layer.iter().map(Vec::len).collect();
+    if counts.windows(2).any(|w| w[0] != w[1]) {
+        let min = counts.iter().copied().min().unwrap_or(0);
+        let max = counts.iter().copied().max().unwrap_or(0);
+        // Ties: the layer whose first cell appeared earliest in the file.
+        let fewest = (0..counts.len())
+            .filter(|&li| counts[li] == min)
+            .min_by_key(|&li| cells.by_layer[li].iter().copied().min().unwrap_or(u32::MAX))
+            .map_or(0, |li| cells.layers[li]);
+        let _ = writeln!(
+            out,
+            "steps per layer   uneven: layer {fewest} has {min}, the rest up to {max}"
+        );
+        out.push_str(
+            "                  expected in prefill - llama.cpp gathers only the output token\n",
+        );
+        out.push_str("                  before the LAST layer's FFN. See docs/telemetry.md.\n");
+    }
+    let mut lo = f64::INFINITY;
+    let mut hi = f64::NEG_INFINITY;
+    let mut any = false;
+    for c in 0..cells.len() as u32 {
+        let rows = cells.rows(c);
+        if rows.iter().any(|&r| t.rows.weight[r as usize].is_nan()) {
+            continue;
+        }
+        let s: f64 = rows.iter().map(|&r| t.rows.weight[r as usize]).sum();
+        lo = lo.min(s);
+        hi = hi.max(s);
+        any = true;
+    }
+    if any {
+        let verdict = if (hi - 1.0).abs() < 0.05 {
+            "normalized: ~1.0 expected"
+        } else {
+            "does not normalize: ~1.0 expected"
+        };
+        let _ = writeln!(
+            out,
+            "weight sum/cell   min {}  max {} ({verdict})",
+            f(lo, 3),
+            f(hi, 3)
+        );
+    } else {
+        out.push_str("weight sum/cell   n/a (every cell has a nan weight)\n");
+    }
+}
