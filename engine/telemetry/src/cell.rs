@@ -137,6 +137,28 @@ impl Cell for f64 {
     }
 }
 
+impl Cell for f32 {
+    const EXPECTED: &'static str = "expected a number";
+    fn parse(b: &[u8]) -> Option<Self> {
+        let t = std::str::from_utf8(trim(b)).ok()?;
+        if t.is_empty() {
+            return None;
+        }
+        t.parse::<f32>().ok()
+    }
+    /// `f32` cells (routing weights) are always written in their shortest exact `f32` form,
+    /// whatever `decimals` says: at most 9 significant digits, exact on read-back.
+    fn write(&self, out: &mut String, _: usize) {
+        if self.is_nan() {
+            out.push_str("nan");
+        } else if self.is_infinite() {
+            out.push_str(if *self > 0.0 { "inf" } else { "-inf" });
+        } else {
+            let _ = write!(out, "{self}");
+        }
+    }
+}
+
 /// Writes a float: `nan`, `inf`, `-inf` for non-finite values (as C's printf does, and what
 /// readers here and in Python accept), fixed `decimals` otherwise, or the shortest exact form
 /// for [`SHORTEST`].

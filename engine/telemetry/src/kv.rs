@@ -197,7 +197,7 @@ pub fn format_kv_line<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -
 /// without `=` are ignored. A leading UTF-8 BOM is skipped.
 ///
 /// Note: in some archived sessions a file named `*.metrics` is really a v0 metrics CSV; use
-/// `detect_format` first when that matters.
+/// [`crate::detect::detect_format`] first when that matters.
 pub fn parse_sidecar(text: &str) -> KvMap {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut map = KvMap::new();

@@ -32,11 +32,13 @@
 //! ```
 
 pub mod cell;
+pub mod detect;
 pub mod error;
 pub mod kv;
 pub mod metrics;
 pub mod protocol;
 pub mod summary;
 pub mod table;
+pub mod trace;
 
 pub use error::{Error, Result};

@@ -382,7 +382,6 @@ pub(crate) fn opt_cell<T: crate::cell::Cell>(
 }
 
 /// Reads a required column (present in the header, checked when the reader opened).
-#[allow(dead_code)] // used by the trace readers
 pub(crate) fn req_cell<T: crate::cell::Cell>(
     idx: usize,
     f: &Fields<'_>,
