@@ -1,2 +1,39 @@
-//! `bmoe-bench`: synthetic models and benchmark sweeps.
-fn main() {}
+//! `bmoe-bench`: synthetic models (`model synth`, `model inspect`) and, later, benchmark sweeps.
+
+mod model;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Benchmark sweeps and synthetic MoE model tools for bmoe.
+#[derive(Debug, Parser)]
+#[command(name = "bmoe-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Synthesise and inspect GGUF MoE models.
+    #[command(subcommand)]
+    Model(model::ModelCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Model(cmd) => model::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            if let Some(hint) = model::hint_for(&err) {
+                eprintln!("hint: {hint}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -16,22 +16,20 @@ pub struct ParseError {
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
     /// An I/O operation on `path` failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
+        /// The OS error (part of the message, so not repeated as a source).
+        error: std::io::Error,
     },
     /// The file is not a valid GGUF v3 file.
-    #[error("{}: not a valid GGUF file: {source}", path.display())]
+    #[error("{}: not a valid GGUF file: {error}", path.display())]
     Malformed {
         /// The file.
         path: PathBuf,
-        /// Where and what.
-        #[source]
-        source: ParseError,
+        /// Where and what (part of the message, so not repeated as a source).
+        error: ParseError,
     },
     /// A shard other than the first of a split set was passed.
     #[error(
@@ -65,7 +63,7 @@ impl GgufError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         GgufError::Io {
             path: path.into(),
-            source,
+            error: source,
         }
     }
 }

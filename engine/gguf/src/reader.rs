@@ -36,9 +36,9 @@ impl GgufFile {
         let path = path.as_ref().to_path_buf();
         let file = File::open(&path).map_err(|e| GgufError::io(&path, e))?;
         let map = crate::mmap::map_readonly(&file).map_err(|e| GgufError::io(&path, e))?;
-        let header = parse_header(&map).map_err(|source| GgufError::Malformed {
+        let header = parse_header(&map).map_err(|error| GgufError::Malformed {
             path: path.clone(),
-            source,
+            error,
         })?;
         Ok(Self { path, map, header })
     }

@@ -1,0 +1,144 @@
+//! `bmoe-bench model inspect`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use bmoe_gguf::{GgufModel, ModelInfo};
+use clap::Args;
+
+use super::human_bytes;
+
+/// Options of `model inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The model (for a split set, the -00001-of-0000N.gguf shard).
+    pub file: PathBuf,
+    /// Print the full description as JSON (every expert tensor's shard, offset and nb2).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Run `model inspect`.
+pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
+    let model = GgufModel::open(&a.file)?;
+    let info = ModelInfo::from_model(&model)
+        .with_context(|| format!("{}: not a MoE model bmoe can describe", a.file.display()))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+    } else {
+        let name = model
+            .get("general.name")
+            .and_then(|v| v.as_str())
+            .unwrap_or("-");
+        print!("{}", render(&a.file.display().to_string(), name, &info));
+    }
+    Ok(())
+}
+
+fn join_counts<V: std::fmt::Display>(
+    m: &std::collections::BTreeMap<String, V>,
+    f: impl Fn(&V) -> String,
+) -> String {
+    if m.is_empty() {
+        return "-".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k} {}", f(v)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The human-readable description (stable layout; no colour).
+pub fn render(path: &str, name: &str, info: &ModelInfo) -> String {
+    let mut s = String::new();
+    let per_token: u64 = info.layers.iter().map(|l| l.expert_bytes).sum();
+    let _ = writeln!(s, "model        {path}");
+    let _ = writeln!(s, "name         {name}");
+    let _ = writeln!(s, "arch         {}", info.arch);
+    let _ = writeln!(s, "layers       {}", info.n_layer);
+    let _ = writeln!(
+        s,
+        "experts      {} per layer, top-{} used",
+        info.n_expert, info.n_expert_used
+    );
+    let _ = writeln!(
+        s,
+        "expert quant {}",
+        join_counts(&info.expert_types, |n| format!("({n} tensors)"))
+    );
+    let _ = writeln!(
+        s,
+        "bytes/type   {}",
+        join_counts(&info.bytes_by_type, |b| human_bytes(*b))
+    );
+    let _ = writeln!(
+        s,
+        "alignment    {} (expert slices page-aligned: {})",
+        info.alignment,
+        if info.experts_page_aligned {
+            "yes"
+        } else {
+            "no"
+        }
+    );
+    let _ = writeln!(
+        s,
+        "dense        {} bytes ({}), of which {} outside layers",
+        info.dense_bytes,
+        human_bytes(info.dense_bytes),
+        info.global_dense_bytes
+    );
+    let _ = writeln!(
+        s,
+        "experts all  {} bytes ({})",
+        info.expert_bytes_total,
+        human_bytes(info.expert_bytes_total)
+    );
+    let _ = writeln!(
+        s,
+        "cache_cycle  {} bytes ({}) = top-{} x {} bytes (one expert per layer, all layers)",
+        info.cache_cycle_bytes,
+        human_bytes(info.cache_cycle_bytes),
+        info.n_expert_used,
+        per_token
+    );
+    let _ = writeln!(s, "shards       {}", info.shards.len());
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:>5}  {:>14}  {:>7}  {:>11}  file",
+        "shard", "bytes", "tensors", "data_offset"
+    );
+    for (i, sh) in info.shards.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "{:>5}  {:>14}  {:>7}  {:>11}  {}",
+            i + 1,
+            sh.file_len,
+            sh.n_tensors,
+            sh.data_offset,
+            sh.path.display()
+        );
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:>5}  {:>12}  {:>12}  expert tensors (type, bytes per expert, shard)",
+        "layer", "expert_bytes", "dense_bytes"
+    );
+    for l in &info.layers {
+        let tensors = l
+            .expert_tensors
+            .iter()
+            .map(|t| format!("{} {} {}@{}", t.kind, t.ggml_type, t.nb2, t.shard + 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            s,
+            "{:>5}  {:>12}  {:>12}  {}",
+            l.layer, l.expert_bytes, l.dense_bytes, tensors
+        );
+    }
+    s
+}
