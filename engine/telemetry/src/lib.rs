@@ -31,6 +31,7 @@
 //! assert_eq!(parse_summary_line(&g.to_string()), Ok(Some(SummaryLine::Generation(g))));
 //! ```
 
+pub mod attribution;
 pub mod cell;
 pub mod detect;
 pub mod error;

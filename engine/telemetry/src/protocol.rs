@@ -142,7 +142,7 @@ pub struct Progress {
     #[serde(deserialize_with = "de_f64_or_nan")]
     pub io_ms: f64,
     /// The compute **residual** (clamped at 0), never a measurement: see
-    /// `attribution::compute_residual_ms`.
+    /// [`crate::attribution::compute_residual_ms`].
     #[serde(deserialize_with = "de_f64_or_nan")]
     pub compute_ms: f64,
     /// Cache-management time this token (commit, eviction, LRU bookkeeping), ms.

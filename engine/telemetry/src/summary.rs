@@ -43,7 +43,7 @@ impl fmt::Display for Generation {
 ///
 /// The CLI's occupancy divides by compute threads only (`cpu_s_tok / (s_tok × threads)`);
 /// the panel's CPU-busy diagnostic is a different quantity, see
-/// `attribution::cpu_busy_pct`.
+/// [`crate::attribution::cpu_busy_pct`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Compute {
     /// CPU occupancy, percent (1 decimal).
