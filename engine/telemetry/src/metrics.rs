@@ -77,6 +77,21 @@ macro_rules! token_row {
                 Ok(TokenRow { $( $name, )* })
             }
 
+            /// The value of column `name` as a float (integers converted), `None` when the
+            /// name is not one of [`TOKEN_COLUMNS`] or the cell is absent — for consumers that
+            /// select columns by name (plots, replays).
+            pub fn get_f64(&self, name: &str) -> Option<f64> {
+                match name {
+                    $( stringify!($name) => self.$name.map(|v| v as f64), )*
+                    _ => None,
+                }
+            }
+
+            /// All 29 values as floats, in [`TOKEN_COLUMNS`] order.
+            pub fn to_f64_array(&self) -> [Option<f64>; 29] {
+                [ $( self.$name.map(|v| v as f64), )* ]
+            }
+
             /// Appends the row as CSV (no line end), all 29 columns.
             pub fn write_csv(&self, out: &mut String) {
                 let mut first = true;
@@ -620,13 +635,14 @@ impl<R: BufRead> MetricsReader<R> {
                 format: "metrics CSV",
             });
         }
+        let cut = table.header_truncated().cloned();
         Ok(MetricsReader {
             table,
             info,
             map,
             summaries: Vec::new(),
             comments: Vec::new(),
-            truncated: None,
+            truncated: cut,
             rows: 0,
             done: false,
         })

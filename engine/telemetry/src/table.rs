@@ -122,6 +122,7 @@ pub struct TableReader<R> {
     header_line: u64,
     header_raw: Vec<u8>,
     last_complete: bool,
+    header_cut: Option<Truncated>,
 }
 
 impl TableReader<BufReader<File>> {
@@ -159,6 +160,7 @@ impl<R: BufRead> TableReader<R> {
             header_line: 0,
             header_raw: Vec::new(),
             last_complete: true,
+            header_cut: None,
         };
         loop {
             if !t.read_raw()? {
@@ -177,6 +179,16 @@ impl<R: BufRead> TableReader<R> {
                 continue;
             }
             let text = text.to_vec();
+            if !t.last_complete {
+                // The header itself was cut short (a writer killed while writing it): no
+                // rows can follow, and a partial header must not be read as real columns.
+                t.header_cut = Some(Truncated {
+                    line: t.line_no,
+                    reason: "the header row has no line end: the file was cut short".into(),
+                });
+                t.preamble.skip_rows = t.line_no - 1;
+                return Ok(t);
+            }
             t.split(&text)?;
             let mut header = Vec::with_capacity(t.ends.len());
             for i in 0..t.ends.len() {
@@ -201,6 +213,11 @@ impl<R: BufRead> TableReader<R> {
     /// The header's column names (empty when the file ended before a header).
     pub fn header(&self) -> &[String] {
         &self.header
+    }
+
+    /// Set when the file ended inside its header row (no rows follow).
+    pub fn header_truncated(&self) -> Option<&Truncated> {
+        self.header_cut.as_ref()
     }
 
     /// 1-based line number of the header row (0 when there is none).

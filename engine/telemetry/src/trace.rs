@@ -631,11 +631,12 @@ impl<R: BufRead, T: TraceRow> TraceReader<R, T> {
             });
         }
         let info = T::Info::from_preamble(table.preamble(), table.path())?;
+        let cut = table.header_truncated().cloned();
         Ok(TraceReader {
             table,
             info,
             map,
-            truncated: None,
+            truncated: cut,
             rows: 0,
             done: false,
             _row: PhantomData,
