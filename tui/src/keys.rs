@@ -1,0 +1,207 @@
+//! Keys and mouse to actions, and actions applied to the state.
+
+use crossterm::event::{
+    Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind,
+};
+
+use crate::state::{App, Focus, SourceKind};
+
+/// What the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `q`.
+    Quit,
+    /// Ctrl-C: interrupt the spawned engine (or quit when there is none).
+    Interrupt,
+    /// `space`.
+    Pause,
+    /// `?` / Esc closes.
+    Help,
+    /// Esc.
+    CloseHelp,
+    /// `←` (while paused).
+    StepBack,
+    /// `→` (while paused).
+    StepForward,
+    /// `[`.
+    SeekBack,
+    /// `]`.
+    SeekForward,
+    /// `Home`.
+    SeekStart,
+    /// `End`.
+    SeekEnd,
+    /// `+`.
+    Faster,
+    /// `-`.
+    Slower,
+    /// `t`.
+    ToggleFocus,
+    /// Scroll the focused pane up by n lines.
+    ScrollUp(u16),
+    /// Scroll the focused pane down by n lines.
+    ScrollDown(u16),
+    /// Mouse wheel over the answer.
+    AnswerUp,
+    /// Mouse wheel over the answer.
+    AnswerDown,
+    /// The terminal changed size.
+    Redraw,
+}
+
+/// Maps one terminal event; `None` for events the panel ignores.
+pub fn map(ev: &TermEvent) -> Option<Action> {
+    match ev {
+        TermEvent::Key(k) => map_key(k),
+        TermEvent::Mouse(m) => match m.kind {
+            MouseEventKind::ScrollUp => Some(Action::AnswerUp),
+            MouseEventKind::ScrollDown => Some(Action::AnswerDown),
+            _ => None,
+        },
+        TermEvent::Resize(..) => Some(Action::Redraw),
+        _ => None,
+    }
+}
+
+fn map_key(k: &KeyEvent) -> Option<Action> {
+    if k.kind == KeyEventKind::Release {
+        return None;
+    }
+    if k.modifiers.contains(KeyModifiers::CONTROL) {
+        return matches!(k.code, KeyCode::Char('c')).then_some(Action::Interrupt);
+    }
+    Some(match k.code {
+        KeyCode::Char('q') | KeyCode::Char('Q') => Action::Quit,
+        KeyCode::Char(' ') => Action::Pause,
+        KeyCode::Char('?') => Action::Help,
+        KeyCode::Esc => Action::CloseHelp,
+        KeyCode::Left => Action::StepBack,
+        KeyCode::Right => Action::StepForward,
+        KeyCode::Char('[') => Action::SeekBack,
+        KeyCode::Char(']') => Action::SeekForward,
+        KeyCode::Home => Action::SeekStart,
+        KeyCode::End => Action::SeekEnd,
+        KeyCode::Char('+') | KeyCode::Char('=') => Action::Faster,
+        KeyCode::Char('-') | KeyCode::Char('_') => Action::Slower,
+        KeyCode::Char('t') => Action::ToggleFocus,
+        KeyCode::Up => Action::ScrollUp(1),
+        KeyCode::Down => Action::ScrollDown(1),
+        KeyCode::PageUp => Action::ScrollUp(10),
+        KeyCode::PageDown => Action::ScrollDown(10),
+        _ => return None,
+    })
+}
+
+/// Applies an action to the state. Interrupt and quit are only recorded here; the event loop
+/// owns the child process and acts on them.
+pub fn apply(app: &mut App, action: Action) {
+    app.dirty = true;
+    match action {
+        Action::Quit => app.quit = true,
+        Action::Interrupt => {}
+        Action::Pause => app.toggle_pause(),
+        Action::Help => app.help = !app.help,
+        Action::CloseHelp => app.help = false,
+        Action::StepBack if app.paused => app.step_back(),
+        Action::StepForward if app.paused => app.step_forward(),
+        Action::StepBack | Action::StepForward => {}
+        Action::SeekBack | Action::SeekForward | Action::SeekStart | Action::SeekEnd => {
+            // Seeking a live source means looking back: freeze the display first.
+            if app.kind != SourceKind::Replay && !app.paused {
+                app.paused = true;
+            }
+            match action {
+                Action::SeekBack => app.seek_fraction(false),
+                Action::SeekForward => app.seek_fraction(true),
+                Action::SeekStart => app.seek_tokens(0),
+                _ => app.seek_tokens(usize::MAX),
+            }
+        }
+        Action::Faster => app.speed = app.speed.faster(),
+        Action::Slower => app.speed = app.speed.slower(),
+        Action::ToggleFocus => {
+            app.focus = match app.focus {
+                Focus::Answer => Focus::Telemetry,
+                Focus::Telemetry => Focus::Answer,
+            }
+        }
+        Action::ScrollUp(n) => match app.focus {
+            Focus::Answer => app.answer_scroll = app.answer_scroll.saturating_add(n),
+            Focus::Telemetry => app.detail_scroll = app.detail_scroll.saturating_sub(n),
+        },
+        Action::ScrollDown(n) => match app.focus {
+            Focus::Answer => app.answer_scroll = app.answer_scroll.saturating_sub(n),
+            Focus::Telemetry => app.detail_scroll = app.detail_scroll.saturating_add(n),
+        },
+        Action::AnswerUp => app.answer_scroll = app.answer_scroll.saturating_add(3),
+        Action::AnswerDown => app.answer_scroll = app.answer_scroll.saturating_sub(3),
+        Action::Redraw => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Event, RunConfig, TokenSample};
+    use crossterm::event::{KeyEventState, MouseEvent};
+
+    fn key(code: KeyCode) -> TermEvent {
+        TermEvent::Key(KeyEvent {
+            code,
+            modifiers: KeyModifiers::NONE,
+            kind: KeyEventKind::Press,
+            state: KeyEventState::NONE,
+        })
+    }
+
+    #[test]
+    fn keys_map_to_actions() {
+        assert_eq!(map(&key(KeyCode::Char('q'))), Some(Action::Quit));
+        assert_eq!(map(&key(KeyCode::Char(' '))), Some(Action::Pause));
+        assert_eq!(map(&key(KeyCode::Char('?'))), Some(Action::Help));
+        assert_eq!(map(&key(KeyCode::Left)), Some(Action::StepBack));
+        assert_eq!(map(&key(KeyCode::Char('+'))), Some(Action::Faster));
+        assert_eq!(map(&key(KeyCode::Char('t'))), Some(Action::ToggleFocus));
+        assert_eq!(map(&key(KeyCode::Char('x'))), None);
+        let ctrl_c = TermEvent::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+        assert_eq!(map(&ctrl_c), Some(Action::Interrupt));
+        let wheel = TermEvent::Mouse(MouseEvent {
+            kind: MouseEventKind::ScrollUp,
+            column: 1,
+            row: 1,
+            modifiers: KeyModifiers::NONE,
+        });
+        assert_eq!(map(&wheel), Some(Action::AnswerUp));
+    }
+
+    #[test]
+    fn steps_only_while_paused() {
+        let mut app = App::new(SourceKind::Replay, "r", RunConfig::default());
+        for i in 1..=3 {
+            app.push(Event::Token(
+                Box::new(TokenSample {
+                    step: i,
+                    wall_ms: 10.0,
+                    ..TokenSample::default()
+                }),
+                None,
+            ));
+        }
+        apply(&mut app, Action::StepForward);
+        assert_eq!(app.tokens_applied, 0);
+        apply(&mut app, Action::Pause);
+        apply(&mut app, Action::StepForward);
+        apply(&mut app, Action::StepForward);
+        assert_eq!(app.run.step, 2);
+        apply(&mut app, Action::StepBack);
+        assert_eq!(app.run.step, 1);
+        apply(&mut app, Action::SeekEnd);
+        assert_eq!(app.run.step, 3);
+        apply(&mut app, Action::Faster);
+        assert_eq!(app.speed.label(), "2×");
+        apply(&mut app, Action::ToggleFocus);
+        assert_eq!(app.focus, Focus::Telemetry);
+        apply(&mut app, Action::Quit);
+        assert!(app.quit);
+    }
+}

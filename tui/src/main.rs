@@ -1,0 +1,316 @@
+//! `bmoe-top`: the live telemetry panel.
+//!
+//! ```text
+//! bmoe-top -- bmoe-cli -m model.gguf --moe-stream --progress -p "…"   # spawn and watch
+//! bmoe-cli … --progress | bmoe-top                                     # read stdin
+//! bmoe-top --replay run.csv --speed 10                                 # replay a metrics CSV
+//! ```
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, ValueEnum};
+use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
+use crossterm::execute;
+
+use bmoe_top::decode::LineDecoder;
+use bmoe_top::keys::{self, Action};
+use bmoe_top::model::{Event, RunConfig};
+use bmoe_top::source::{self, Msg};
+use bmoe_top::state::{App, SourceKind, Speed};
+use bmoe_top::theme::{ColorLevel, Theme};
+use bmoe_top::{argv, replay, ui};
+
+/// Colour choice.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ColorArg {
+    /// From NO_COLOR, TERM and COLORTERM.
+    Auto,
+    /// 256 colours.
+    Always,
+    /// The 16 ANSI colours.
+    Basic,
+    /// No colour.
+    Never,
+}
+
+/// Live telemetry panel for bmoe runs: attach to an engine, read its protocol from stdin, or
+/// replay a recorded metrics CSV.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bmoe-top",
+    version,
+    after_help = "Keys: q quit · space pause · ←/→ step while paused · [ ] seek · +/- speed · t focus · ? help"
+)]
+struct Cli {
+    /// Replay a metrics CSV written by `bmoe-cli --csv`.
+    #[arg(long, value_name = "CSV", conflicts_with = "command")]
+    replay: Option<PathBuf>,
+    /// Replay pace: a multiple of recorded time (1, 10, 0.5…) or `max`.
+    #[arg(long, default_value = "1", value_parser = Speed::parse)]
+    speed: Speed,
+    /// Start a replay paused at the first token.
+    #[arg(long)]
+    paused: bool,
+    /// Drive an engine session (needs the engine's session mode; not available yet).
+    #[arg(long)]
+    session: bool,
+    /// Compute threads of the run, when the source does not say (stdin).
+    #[arg(long, value_name = "N")]
+    threads: Option<u32>,
+    /// I/O lanes of the run, when the source does not say (stdin).
+    #[arg(long, value_name = "N")]
+    io_threads: Option<u32>,
+    /// The run used --overlap (stdin; otherwise stated by argv, preamble or `mode:` line).
+    #[arg(long)]
+    overlap: bool,
+    /// Also write the engine's stderr to this file.
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// Colours.
+    #[arg(long, value_enum, default_value = "auto")]
+    color: ColorArg,
+    /// Frame-rate cap; the panel redraws only on change and at most this often.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=60))]
+    fps: u32,
+    /// The engine command to spawn, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn base_config(cli: &Cli) -> RunConfig {
+    let mut c = RunConfig::default();
+    if let Some(t) = cli.threads {
+        c.set("threads", t.to_string());
+    }
+    if let Some(t) = cli.io_threads {
+        c.set("io_threads", t.to_string());
+    }
+    if cli.overlap {
+        c.set("overlap", "1");
+    }
+    c
+}
+
+fn run() -> Result<()> {
+    let cli = Cli::parse();
+    if cli.session {
+        bail!(
+            "--session needs the engine's session mode, which this build does not have yet\nhint: run one generation with `bmoe-top -- bmoe-cli … --progress` instead"
+        );
+    }
+    if !std::io::stdout().is_terminal() {
+        bail!(
+            "stdout is not a terminal: bmoe-top draws a full-screen panel\nhint: run it in a terminal; to keep the engine's lines, use `bmoe-cli … --progress | tee run.log | bmoe-top`"
+        );
+    }
+    let level = match cli.color {
+        ColorArg::Auto => ColorLevel::from_env(),
+        ColorArg::Always => ColorLevel::Full,
+        ColorArg::Basic => ColorLevel::Basic,
+        ColorArg::Never => ColorLevel::None,
+    };
+    let theme = Theme::new(level);
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let mut child: Option<Child> = None;
+    let mut app = if let Some(path) = &cli.replay {
+        let events = replay::load(path)?;
+        let label = format!(
+            "replay {}",
+            path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned()
+            )
+        );
+        let mut app = App::new(SourceKind::Replay, label, base_config(&cli));
+        for e in events {
+            app.push(e);
+        }
+        app.speed = cli.speed;
+        app.paused = cli.paused;
+        // The preamble (everything before the first token) is shown at once.
+        app.seek_tokens(0);
+        app
+    } else if !cli.command.is_empty() {
+        let mut base = base_config(&cli);
+        base.merge(&argv::facts(&cli.command));
+        let mut app = App::new(SourceKind::Spawn, cli.command.join(" "), base);
+        child = Some(source::spawn(&cli.command, cli.log.as_deref(), &tx)?);
+        app.child_alive = true;
+        app
+    } else {
+        if std::io::stdin().is_terminal() {
+            bail!(
+                "nothing to show: no --replay file, no command after `--`, and stdin is a terminal\nhint: bmoe-top --replay run.csv | bmoe-top -- bmoe-cli … --progress | bmoe-cli … --progress | bmoe-top"
+            );
+        }
+        source::stdin(&tx);
+        App::new(SourceKind::Stdin, "stdin", base_config(&cli))
+    };
+
+    let mut terminal = ratatui::init();
+    let _ = execute!(std::io::stdout(), EnableMouseCapture);
+    source::terminal(&tx);
+    let result = event_loop(&mut terminal, &mut app, &theme, &rx, &mut child, cli.fps);
+    let _ = execute!(std::io::stdout(), DisableMouseCapture);
+    ratatui::restore();
+    if let Some(c) = child.as_mut() {
+        stop_child(c);
+    }
+    result
+}
+
+fn stop_child(c: &mut Child) {
+    if matches!(c.try_wait(), Ok(Some(_))) {
+        return;
+    }
+    let _ = source::interrupt(c);
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < deadline {
+        if matches!(c.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+fn event_loop(
+    terminal: &mut ratatui::DefaultTerminal,
+    app: &mut App,
+    theme: &Theme,
+    rx: &mpsc::Receiver<Msg>,
+    child: &mut Option<Child>,
+    fps: u32,
+) -> Result<()> {
+    let frame = Duration::from_secs_f64(1.0 / f64::from(fps));
+    let mut decoder = LineDecoder::new();
+    let mut last_draw: Option<Instant> = None;
+    let mut next_due = Instant::now();
+    let mut stdout_done = false;
+    loop {
+        // Replay clock: show every token whose time has come.
+        if app.kind == SourceKind::Replay && !app.paused {
+            let budget = Instant::now() + Duration::from_millis(8);
+            while let Some(next) = app.next_token() {
+                let now = Instant::now();
+                if now < next_due || now > budget {
+                    break;
+                }
+                let delay = app.speed.delay(next);
+                app.step_forward();
+                // Catch up after a pause or a slow frame, but never run ahead of the clock.
+                next_due = (next_due + delay)
+                    .max(now.checked_sub(Duration::from_millis(250)).unwrap_or(now));
+            }
+            if app.next_token().is_none() && !app.at_end() {
+                app.seek_tokens(usize::MAX);
+            }
+        } else {
+            next_due = Instant::now();
+        }
+
+        let now = Instant::now();
+        let can_draw = last_draw.is_none_or(|t| now >= t + frame);
+        if app.dirty && can_draw {
+            terminal
+                .draw(|f| ui::draw(f, app, theme))
+                .context("cannot draw to the terminal")?;
+            app.dirty = false;
+            last_draw = Some(now);
+        }
+        if app.quit {
+            return Ok(());
+        }
+
+        let mut wait = Duration::from_millis(500);
+        if app.dirty {
+            wait = wait.min(last_draw.map_or(Duration::ZERO, |t| {
+                (t + frame).saturating_duration_since(now)
+            }));
+        }
+        if app.kind == SourceKind::Replay && !app.paused && app.next_token().is_some() {
+            wait = wait.min(next_due.saturating_duration_since(now));
+        }
+        let first = match rx.recv_timeout(wait) {
+            Ok(m) => Some(m),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        };
+        let mut batch = 0;
+        let mut msg = first;
+        while let Some(m) = msg {
+            handle(m, app, &mut decoder, child, &mut stdout_done)?;
+            batch += 1;
+            msg = if batch < 4096 {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        if stdout_done
+            && let Some(c) = child.as_mut()
+            && let Ok(Some(status)) = c.try_wait()
+        {
+            app.child_alive = false;
+            app.push(Event::Ended(format!("engine {status}")));
+            *child = None;
+        }
+    }
+}
+
+fn handle(
+    msg: Msg,
+    app: &mut App,
+    decoder: &mut LineDecoder,
+    child: &mut Option<Child>,
+    stdout_done: &mut bool,
+) -> Result<()> {
+    match msg {
+        Msg::Line(l) => {
+            for e in decoder.feed(&l) {
+                app.push(e);
+            }
+        }
+        Msg::Stderr(l) => app.push(Event::Log(l)),
+        Msg::Eof(why) => {
+            for e in decoder.finish() {
+                app.push(e);
+            }
+            *stdout_done = true;
+            if child.is_none() {
+                app.push(Event::Ended(why));
+            }
+        }
+        Msg::Term(ev) => {
+            if let Some(action) = keys::map(&ev) {
+                if action == Action::Interrupt {
+                    match child.as_ref() {
+                        Some(c) if app.child_alive && !app.interrupted => {
+                            source::interrupt(c)?;
+                            app.interrupted = true;
+                            app.dirty = true;
+                        }
+                        _ => app.quit = true,
+                    }
+                } else {
+                    keys::apply(app, action);
+                }
+            }
+        }
+        Msg::TermError(e) => bail!("cannot read the terminal: {e}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! A recorded metrics CSV as a timeline of events, read with `bmoe-telemetry`'s metrics reader
+//! (by column name, so v0, v1 and v2 files all replay).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use bmoe_telemetry::metrics::{MetricsReader, SummaryTrailer, TokenRow};
+
+use crate::model::{Event, Memory, RunConfig, RunSummary, TokenSample};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// One CSV row as a token sample.
+pub fn row_to_token(r: &TokenRow) -> TokenSample {
+    let memory = (r.rss_mib.is_some() || r.rss_anon_mib.is_some() || r.mem_available_mib.is_some())
+        .then(|| Memory {
+            rss_mib: r.rss_mib.unwrap_or(0.0),
+            rss_anon_mib: r.rss_anon_mib.unwrap_or(0.0),
+            rss_file_mib: r.rss_file_mib.unwrap_or(0.0),
+            swap_mib: r.swap_mib.unwrap_or(0.0),
+            mem_available_mib: r.mem_available_mib.unwrap_or(0.0),
+            mem_free_mib: r.mem_free_mib.unwrap_or(0.0),
+            swap_free_mib: r.swap_free_mib.unwrap_or(0.0),
+            majflt_mib: r.majflt_mib.unwrap_or(0.0),
+            cache_budget_mib: r.cache_budget_mib.unwrap_or(0.0),
+        });
+    TokenSample {
+        step: r.step.unwrap_or(0),
+        steps: r.steps.unwrap_or(0),
+        wall_ms: r.wall_ms.unwrap_or(0.0),
+        io_ms: r.io_ms.unwrap_or(0.0),
+        mgmt_ms: r.mgmt_ms.unwrap_or(0.0),
+        stall_ms: r.stall_ms.unwrap_or(0.0),
+        read_mib: r.read_bytes.map_or(0.0, |b| b as f64 / MIB),
+        cache_hit_pct: r.cache_hit_pct.filter(|h| *h >= 0.0),
+        majflt: r.majflt.unwrap_or(0),
+        cpu_ms: r.cpu_ms.unwrap_or(0.0),
+        dense_resident_frac: r.dense_resident_frac.filter(|d| *d >= 0.0),
+        loop_overhead_ms: r.loop_overhead_ms,
+        mtp_batch: r.mtp_batch.unwrap_or(1).max(1),
+        turn: r.turn.unwrap_or(0),
+        memory,
+    }
+}
+
+/// A `# summary` trailer as a run summary (the trailer's spelling of the `BMOE_DONE` keys).
+pub fn trailer_to_summary(t: &SummaryTrailer) -> RunSummary {
+    let f = |k: &str| t.get_f64(k).filter(|v| v.is_finite());
+    let u = |k: &str| t.get_u64(k);
+    let line: Vec<String> = t.pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    RunSummary {
+        origin: "# summary".into(),
+        tokens: u("tokens"),
+        tok_s: f("tok/s").filter(|r| *r > 0.0),
+        s_tok: f("s/tok").filter(|s| *s > 0.0),
+        io_s_tok: f("io_s/tok"),
+        stall_s_tok: f("stall_s/tok"),
+        mgmt_s_tok: f("mgmt_s/tok"),
+        cpu_s_tok: f("cpu_s/tok").filter(|c| *c > 0.0),
+        compute_s_tok: f("compute_s/tok"),
+        majflt_tok: f("majflt/tok"),
+        read_mib: f("read_MiB"),
+        cache_hit_pct: f("cache_hit_pct").filter(|h| *h >= 0.0),
+        cache_resident_mib: f("cache_resident_MiB"),
+        cache_budget_mib: f("cache_budget_MiB"),
+        prefill_s: f("prefill_s"),
+        prefill_tps: f("prefill_tps"),
+        load_s: f("load_s"),
+        n_prompt: u("n_prompt"),
+        loop_overhead_s_tok: f("loop_overhead_s/tok"),
+        experts_routed: u("experts_routed"),
+        experts_dropped: u("experts_dropped"),
+        mtp_drafted: u("mtp_drafted"),
+        mtp_accepted: u("mtp_accepted"),
+        mtp_decodes: u("mtp_decodes"),
+        mtp_draft_s_tok: f("mtp_draft_s/tok"),
+        cancelled: false,
+        threads: None,
+        lines: vec![format!("# summary {}", line.join(" "))],
+    }
+}
+
+/// Reads a metrics CSV into events: the preamble as [`Event::Config`], a [`Event::Begin`] per
+/// turn, a token per row, each trailer after its turn's rows. A row that cannot be read ends the
+/// replay there and is reported as [`Event::Malformed`] (the rows before it still replay).
+///
+/// # Errors
+/// The file cannot be opened, or it is not a metrics CSV (the reader's message names the line).
+pub fn load(path: &Path) -> Result<Vec<Event>> {
+    let mut reader = MetricsReader::open(path).with_context(|| {
+        format!(
+            "cannot replay {}\nhint: pass a CSV written by `bmoe-cli --csv` (header starting `step,steps,wall_ms`)",
+            path.display()
+        )
+    })?;
+    let mut events = Vec::new();
+    let mut config = RunConfig::default();
+    for (k, v) in reader.preamble().merged().iter() {
+        config.set(k, v);
+    }
+    if let Some(v) = reader.run_info().version {
+        config.set("bmoe_metrics", format!("v{v}"));
+    }
+    events.push(Event::Config(config));
+    events.push(Event::Begin);
+    let mut seen_summaries = 0;
+    let mut turn: Option<u64> = None;
+    let mut row_no: u64 = 0;
+    loop {
+        let next = reader.next();
+        let now = reader.summaries().len();
+        for t in &reader.summaries()[seen_summaries..now] {
+            events.push(Event::Summary(Box::new(trailer_to_summary(t))));
+        }
+        seen_summaries = now;
+        match next {
+            None => break,
+            Some(Ok(row)) => {
+                row_no += 1;
+                let tok = row_to_token(&row);
+                if turn.is_some_and(|t| t != tok.turn) {
+                    events.push(Event::Begin);
+                }
+                turn = Some(tok.turn);
+                events.push(Event::Token(Box::new(tok), None));
+            }
+            Some(Err(e)) => {
+                events.push(Event::Malformed {
+                    line: row_no,
+                    reason: format!("row unreadable, replay stops here: {e}"),
+                });
+                break;
+            }
+        }
+    }
+    if let Some(t) = reader.truncated() {
+        events.push(Event::Malformed {
+            line: t.line,
+            reason: format!("last line cut short: {}", t.reason),
+        });
+    }
+    Ok(events)
+}

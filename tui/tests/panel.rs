@@ -1,0 +1,508 @@
+//! Snapshot tests of the whole panel on ratatui's `TestBackend`. Input is produced with the
+//! `bmoe-telemetry` writers (protocol lines, metrics CSV) and read back through the same
+//! decoders the binary uses, so a snapshot covers parsing, folding and drawing together.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed write is a failed test
+
+use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow};
+use bmoe_telemetry::protocol::{Done, Load, Progress};
+use bmoe_top::decode::LineDecoder;
+use bmoe_top::model::{Event, RunConfig};
+use bmoe_top::state::{App, SourceKind};
+use bmoe_top::theme::{ColorLevel, Theme};
+use bmoe_top::{argv, replay, ui};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::style::Color;
+
+fn render_with(app: &App, w: u16, h: u16, level: ColorLevel) -> (String, ratatui::buffer::Buffer) {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| ui::draw(f, app, &Theme::new(level))).unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut out = String::new();
+    for y in 0..h {
+        let mut line = String::new();
+        for x in 0..w {
+            line.push_str(buf[(x, y)].symbol());
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    (out, buf)
+}
+
+fn render(app: &App, w: u16, h: u16) -> String {
+    render_with(app, w, h, ColorLevel::Full).0
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+/// A live panel fed protocol lines, as `bmoe-top -- <cmd>` would be.
+fn live(cmd: &str, lines: &[String]) -> App {
+    let argv = words(cmd);
+    let mut app = App::new(SourceKind::Spawn, cmd, argv::facts(&argv));
+    let mut d = LineDecoder::new();
+    for l in lines {
+        for e in d.feed(l) {
+            app.push(e);
+        }
+    }
+    for e in d.finish() {
+        app.push(e);
+    }
+    app
+}
+
+#[allow(clippy::too_many_arguments)]
+fn progress(
+    step: u64,
+    steps: u64,
+    wall: f64,
+    io: f64,
+    stall: f64,
+    mgmt: f64,
+    cpu: f64,
+    read_mb: f64,
+    hit: f64,
+    text: &str,
+    reasoning: &str,
+) -> Progress {
+    Progress {
+        step,
+        steps,
+        wall_ms: wall,
+        io_ms: io,
+        compute_ms: 0.0,
+        mgmt_ms: mgmt,
+        stall_ms: stall,
+        read_mb,
+        cache_hit_pct: hit,
+        majflt: step % 3,
+        cpu_ms: cpu,
+        dense_resident_frac: 0.95,
+        reset: false,
+        delta_reasoning: reasoning.into(),
+        delta_text: text.into(),
+    }
+}
+
+fn serial_lines() -> Vec<String> {
+    let mut v = Vec::new();
+    let reasoning = ["The user ", "asks about ", "experts."];
+    let answer = [
+        "", "", "", "Experts ", "are ", "chosen ", "by a ", "router ", "per ", "token.",
+    ];
+    for i in 1..=10u64 {
+        let wall = 400.0 + 10.0 * i as f64;
+        v.push(
+            Load {
+                mb: 100.0 + i as f64,
+                ms: 150.0,
+            }
+            .to_line(),
+        );
+        let r = if i <= 3 {
+            reasoning[i as usize - 1]
+        } else {
+            ""
+        };
+        v.push(
+            progress(
+                i,
+                32,
+                wall,
+                150.0,
+                0.0,
+                20.0,
+                1200.0,
+                100.0 + i as f64,
+                40.0 + i as f64,
+                answer[i as usize - 1],
+                r,
+            )
+            .to_line(),
+        );
+    }
+    v
+}
+
+const SERIAL_CMD: &str = "bmoe-cli -m /models/Qwen3-30B-A3B-Q4_K_M.gguf -t 4 --io-threads 4 --moe-stream --cache-mb 3000 --progress -p hi";
+
+#[test]
+fn serial_run_80x24() {
+    let app = live(SERIAL_CMD, &serial_lines());
+    // hand-worked: token 10 wall 500, cpu 1200/4 = 300 compute, io 150 flash, mgmt 20, 30 off-CPU
+    let b = app.run.live_bars().unwrap();
+    assert_eq!(
+        (b.compute_ms, b.flash_ms, b.mgmt_ms, b.unattributed_ms),
+        (Some(300.0), 150.0, 20.0, 30.0)
+    );
+    insta::assert_snapshot!("serial_80x24", render(&app, 80, 24));
+}
+
+fn overlap_lines() -> Vec<String> {
+    (1..=12u64)
+        .map(|i| {
+            // lanes read 1600 ms of busy time in a 500 ms token: only the 380 ms stall is wall time
+            progress(
+                i, 64, 500.0, 1600.0, 380.0, 10.0, 2400.0, 1050.75, -1.0, "tok ", "",
+            )
+            .to_line()
+        })
+        .collect()
+}
+
+#[test]
+fn overlap_run_80x24() {
+    let cmd = "bmoe-cli -m gemma.gguf -t 4 --io-threads 4 --moe-stream --overlap --progress";
+    let app = live(cmd, &overlap_lines());
+    let b = app.run.live_bars().unwrap();
+    // cpu 2400/4 = 600 > wall: 600 + 380 + 10 exceeds 500, remainder clamps to 0
+    assert_eq!(
+        (b.compute_ms, b.flash_ms, b.unattributed_ms),
+        (Some(600.0), 380.0, 0.0)
+    );
+    assert!(b.overlapping());
+    // busy threads 4 + 4 lanes: 2400 / (500 x 8) = 60 %
+    assert_eq!(app.run.busy_threads(), Some(8));
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("CPU 60% busy of 8 thr"), "{screen}");
+    insta::assert_snapshot!("overlap_80x24", screen);
+}
+
+fn drops_csv(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("drops.csv");
+    let info = RunInfo {
+        version: Some(2),
+        engine: Some("0.1.0".into()),
+        model: Some("gpt-oss-120b-Q4_K_M.gguf".into()),
+        arch: Some("gpt-oss".into()),
+        n_expert_used: Some(4),
+        threads: Some(4),
+        moe_stream: Some(true),
+        cache_mb: Some(2000),
+        io_threads: Some(8),
+        overlap: Some(true),
+        dense_weights: Some("anon".into()),
+        drop_cold_frac: Some(0.75),
+        temp: Some(0.0),
+        ..RunInfo::default()
+    };
+    let mut w = MetricsWriter::create(&path, &info).unwrap();
+    for i in 1..=20u64 {
+        w.write_row(&TokenRow {
+            step: Some(i),
+            steps: Some(20),
+            wall_ms: Some(400.0 + (i % 5) as f64 * 20.0),
+            io_ms: Some(1200.0),
+            compute_ms: Some(100.0),
+            read_bytes: Some(600 * 1024 * 1024),
+            cache_hit_pct: Some(30.0 + i as f64),
+            stall_ms: Some(200.0),
+            mgmt_ms: Some(40.0),
+            majflt: Some(5),
+            cpu_ms: Some(1600.0),
+            dense_resident_frac: Some(0.9),
+            turn: Some(0),
+            rss_mib: Some(3600.0),
+            rss_anon_mib: Some(3000.0),
+            rss_file_mib: Some(600.0),
+            swap_mib: Some(0.0),
+            mem_available_mib: Some(2000.0),
+            mem_free_mib: Some(300.0),
+            swap_free_mib: Some(4000.0),
+            loop_overhead_ms: Some(5.0),
+            mtp_batch: Some(1),
+            ..TokenRow::default()
+        })
+        .unwrap();
+    }
+    let mut t = SummaryTrailer::new();
+    for (k, v) in [
+        ("tokens", "20"),
+        ("s/tok", "0.440"),
+        ("tok/s", "2.273"),
+        ("read_MiB", "12000.0"),
+        ("io_s/tok", "1.200"),
+        ("stall_s/tok", "0.200"),
+        ("mgmt_s/tok", "0.040"),
+        ("cpu_s/tok", "1.6000"),
+        ("compute_s/tok", "0.100"),
+        ("cache_hit_pct", "50.0"),
+        ("experts_routed", "2880"),
+        ("experts_dropped", "288"),
+        ("loop_overhead_s/tok", "0.0050"),
+    ] {
+        t.push(k, v);
+    }
+    w.write_summary(&t).unwrap();
+    drop(w);
+    path
+}
+
+#[test]
+fn run_with_drops_shows_hit_caveat() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = replay::load(&drops_csv(dir.path())).unwrap();
+    let mut app = App::new(SourceKind::Replay, "replay drops.csv", RunConfig::default());
+    for e in events {
+        app.push(e);
+    }
+    app.seek_tokens(10);
+    let mid = render(&app, 80, 24);
+    assert!(mid.contains("drops inflate it: threshold 0.75"), "{mid}");
+    insta::assert_snapshot!("drops_mid_80x24", mid);
+    app.seek_tokens(usize::MAX);
+    let end = render(&app, 80, 24);
+    assert!(end.contains("288/2880 dropped"), "{end}");
+    insta::assert_snapshot!("drops_end_80x24", end);
+}
+
+#[test]
+fn baseline_run_without_streaming() {
+    let mut lines: Vec<String> = (1..=6u64)
+        .map(|i| progress(i, 16, 900.0, 0.0, 0.0, 0.0, 3000.0, 0.0, -1.0, "", "").to_line())
+        .collect();
+    lines.push("=== perf ===".into());
+    lines.push("generation: 6 tokens, 0.900 s/token (1.111 tok/s)".into());
+    lines.push("mode: plain llama.cpp on mmap (pass --moe-stream to stream experts)".into());
+    let app = live("bmoe-cli -m qwen.gguf -t 4 --progress", &lines);
+    assert!(!app.run.streaming());
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("baseline (no --moe-stream)"), "{screen}");
+    assert!(screen.contains("this run streams no text"), "{screen}");
+    insta::assert_snapshot!("baseline_80x24", screen);
+}
+
+fn end_of_run_lines() -> Vec<String> {
+    let mut v = serial_lines();
+    v.extend(
+        [
+            "=== answer ===",
+            "Experts are chosen by a router per token.",
+            "=== perf ===",
+            "generation: 10 tokens, 0.455 s/token (2.198 tok/s)",
+            "compute: 65.9% CPU occupancy (1.2000 cpu-s/token over 4 threads), 1.00 major faults/token",
+            "mode: expert streaming, cache 3000 MiB, dense anon",
+            "prefill: 12 tokens, 2.000 s (6.0 tok/s) | model load 10.000 s | TTFT 12.000 s",
+            "moe-stream: read 1055.0 MiB (105.50 MiB/token), decode 0.455 s/token (compute 0.285 + cache mgmt 0.020 + flash I/O 0.150 s/token, 703 MiB/s)",
+            "moe-cache: 50.0% hit, resident 2990.0 MiB",
+        ]
+        .map(String::from),
+    );
+    v
+}
+
+#[test]
+fn end_of_run_summary_80x24() {
+    let app = live(SERIAL_CMD, &end_of_run_lines());
+    let s = app.run.summary.as_ref().unwrap();
+    assert_eq!(s.tokens, Some(10));
+    let b = app.run.avg_bars().unwrap();
+    // avg: wall 455, compute 1200/4 = 300, flash io 150, mgmt 20 -> 455 - 470 < 0 -> 0
+    assert!((b.wall_ms - 455.0).abs() < 1e-9);
+    assert_eq!(b.compute_ms, Some(300.0));
+    assert!((b.flash_ms - 150.0).abs() < 1e-9);
+    assert_eq!(b.unattributed_ms, 0.0);
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("tok/s"));
+    insta::assert_snapshot!("end_of_run_80x24", screen);
+}
+
+#[test]
+fn done_record_summary_200x60() {
+    let mut lines = serial_lines();
+    lines.push(
+        Done {
+            id: 1,
+            tokens: 10,
+            tok_s: 2.198,
+            cache_hit_pct: 50.0,
+            cpu_s_tok: 1.2,
+            io_s_tok: 0.15,
+            mgmt_s_tok: 0.02,
+            compute_s_tok: 0.285,
+            read_mib: 1055.0,
+            prefill_s: 2.0,
+            prefill_tps: 6.0,
+            load_s: 10.0,
+            text: "Experts are chosen by a router per token.".into(),
+            reasoning: "The user asks about experts.".into(),
+            ..Done::default()
+        }
+        .to_line(),
+    );
+    let app = live(SERIAL_CMD, &lines);
+    insta::assert_snapshot!("done_200x60", render(&app, 200, 60));
+}
+
+#[test]
+fn serial_run_200x60() {
+    let app = live(SERIAL_CMD, &serial_lines());
+    insta::assert_snapshot!("serial_200x60", render(&app, 200, 60));
+}
+
+#[test]
+fn malformed_lines_are_counted_not_fatal() {
+    let mut lines = serial_lines();
+    lines.insert(3, "BMOE_PROGRESS {\"step\":oops".into());
+    lines.insert(6, "BMOE_PROGRESS".into());
+    lines.insert(9, "BMOE_LOAD {\"mb\":\"many\"}".into());
+    lines.insert(12, "\u{1b}[31mgarbage\u{0}".into());
+    lines.push("generation: lots".into());
+    let app = live(SERIAL_CMD, &lines);
+    assert_eq!(app.run.malformed, 4);
+    assert_eq!(app.run.step, 10);
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("4 malformed ignored (line"), "{screen}");
+    insta::assert_snapshot!("malformed_80x24", screen);
+}
+
+#[test]
+fn reasoning_reset_is_drawn_apart() {
+    let lines = vec![
+        progress(
+            1,
+            4,
+            100.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            -1.0,
+            "<think>plan",
+            "",
+        )
+        .to_line(),
+        Progress {
+            reset: true,
+            ..progress(2, 4, 100.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, "", "plan it")
+        }
+        .to_line(),
+        progress(3, 4, 100.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, "Answer.", "").to_line(),
+    ];
+    let app = live("sh", &lines);
+    assert_eq!(app.run.reasoning, "plan it");
+    assert_eq!(app.run.answer, "Answer.");
+    let (screen, buf) = render_with(&app, 80, 24, ColorLevel::Full);
+    assert!(screen.contains("│ plan it"), "{screen}");
+    assert!(!screen.contains("<think>"), "{screen}");
+    // the thinking span is italic, the answer is not
+    let find = |needle: &str| -> (u16, u16) {
+        for (y, l) in screen.lines().enumerate() {
+            if let Some(x) = l.find(needle) {
+                return (l[..x].chars().count() as u16, y as u16);
+            }
+        }
+        panic!("{needle} not on screen");
+    };
+    let (x, y) = find("plan it");
+    assert!(
+        buf[(x, y)]
+            .modifier
+            .contains(ratatui::style::Modifier::ITALIC)
+    );
+    let (x, y) = find("Answer.");
+    assert!(
+        !buf[(x, y)]
+            .modifier
+            .contains(ratatui::style::Modifier::ITALIC)
+    );
+}
+
+#[test]
+fn colours_degrade() {
+    let app = live(SERIAL_CMD, &end_of_run_lines());
+    let (_, none) = render_with(&app, 80, 24, ColorLevel::None);
+    assert!(
+        none.content
+            .iter()
+            .all(|c| c.fg == Color::Reset && c.bg == Color::Reset)
+    );
+    let (_, basic) = render_with(&app, 80, 24, ColorLevel::Basic);
+    assert!(
+        basic
+            .content
+            .iter()
+            .all(|c| !matches!(c.fg, Color::Indexed(_) | Color::Rgb(..)))
+    );
+    assert!(basic.content.iter().any(|c| c.fg == Color::Yellow));
+    let (_, full) = render_with(&app, 80, 24, ColorLevel::Full);
+    assert!(
+        full.content
+            .iter()
+            .any(|c| matches!(c.fg, Color::Indexed(_)))
+    );
+}
+
+#[test]
+fn any_size_draws_without_panicking() {
+    let app = live(SERIAL_CMD, &end_of_run_lines());
+    for (w, h) in [
+        (1, 1),
+        (20, 5),
+        (59, 30),
+        (60, 16),
+        (80, 24),
+        (119, 40),
+        (120, 30),
+        (300, 100),
+    ] {
+        let screen = render(&app, w, h);
+        if w < ui::MIN_SIZE.0 || h < ui::MIN_SIZE.1 {
+            assert!(screen.contains("too") || w < 10, "{w}x{h}: {screen}");
+        }
+    }
+}
+
+#[test]
+fn help_popup_and_focus() {
+    let mut app = live(SERIAL_CMD, &end_of_run_lines());
+    app.help = true;
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("pause / resume"), "{screen}");
+    app.help = false;
+    app.focus = bmoe_top::state::Focus::Telemetry;
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains("reading as: serial (stated)"), "{screen}");
+    assert!(screen.contains("generation: 10 tokens"), "{screen}");
+}
+
+#[test]
+fn realdata_replays_when_present() {
+    let shared = std::env::var_os("BMOE_SHARED")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
+    let dir = shared.join("realdata");
+    if !dir.is_dir() {
+        eprintln!("skipping: {} is absent (set BMOE_SHARED)", dir.display());
+        return;
+    }
+    let mut n = 0;
+    let mut stack = vec![dir];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "csv")
+                && std::fs::read_to_string(&p).is_ok_and(|t| t.contains("step,steps,wall_ms"))
+            {
+                let events = replay::load(&p).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                let mut app = App::new(SourceKind::Replay, "r", RunConfig::default());
+                for e in events {
+                    app.push(e);
+                }
+                app.seek_tokens(usize::MAX);
+                assert!(app.run.totals.tokens > 0, "{}", p.display());
+                render(&app, 80, 24);
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 10, "only {n} metrics CSVs found");
+    let _ = Event::Begin;
+}
