@@ -1,1 +1,189 @@
-//! drop (in progress).
+//! route-drop-replay: what cache-aware expert dropping would save and cost on a recorded trace.
+//!
+//! Per phase, every routing cell (turn, step, layer) is replayed against thresholds
+//! `frac × 1/k`: a routed expert is dropped when it is a cache miss, is not the cell's top-weight
+//! expert, and weighs less than the threshold. A static top-k cut is printed for comparison.
+//! Unlike the reference, routings with an unknown (NaN) weight are left out of the replay (the
+//! reference meant to, but `float("nan")` parses) — see docs/analyze.md.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::pyfmt::f;
+use crate::route::RouteTrace;
+
+const FRACS: [f64; 4] = [0.25, 0.5, 0.75, 1.0];
+
+struct Entry {
+    slot: u16,
+    weight: f64,
+    miss: bool,
+    bytes: u64,
+    dropped: bool,
+}
+
+fn phase_cells(t: &RouteTrace, phase: u8) -> Vec<Vec<Entry>> {
+    let rows = &t.rows;
+    let mut id_of: HashMap<(i32, i32, u16), usize> = HashMap::new();
+    let mut cells: Vec<Vec<Entry>> = Vec::new();
+    for r in 0..rows.len() {
+        if rows.phase[r] != phase || rows.weight[r].is_nan() {
+            continue;
+        }
+        let key = (rows.turn[r], rows.step[r], rows.layer[r]);
+        let next = cells.len();
+        let id = *id_of.entry(key).or_insert(next);
+        if id == next {
+            cells.push(Vec::new());
+        }
+        cells[id].push(Entry {
+            slot: rows.slot[r],
+            weight: rows.weight[r],
+            miss: rows.residency[r] == 0,
+            bytes: rows.bytes[r],
+            dropped: rows.dropped[r] != 0,
+        });
+    }
+    cells
+}
+
+fn pct(a: f64, b: f64) -> f64 {
+    if b == 0.0 { 0.0 } else { 100.0 * a / b }
+}
+
+fn report_phase(out: &mut String, label: &str, cells: &[Vec<Entry>], k: i64) {
+    if cells.is_empty() {
+        let _ = writeln!(out, "\n[{label}] no rows");
+        return;
+    }
+    let entries: usize = cells.iter().map(Vec::len).sum();
+    let misses = cells.iter().flatten().filter(|e| e.miss).count();
+    let _ = writeln!(
+        out,
+        "\n[{label}] {} routing cells, {entries} routed experts, {}% misses",
+        cells.len(),
+        f(pct(misses as f64, entries as f64), 1)
+    );
+    let n_dropped = cells.iter().flatten().filter(|e| e.dropped).count();
+    if n_dropped > 0 {
+        let mut mass = 0.0;
+        let mut dropped_mass = 0.0;
+        for e in cells.iter().flatten() {
+            mass += e.weight;
+            if e.dropped {
+                dropped_mass += e.weight;
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  recorded: dropping was ON for this run -- {n_dropped} routings dropped ({}%), {}% of the weight mass",
+            f(pct(n_dropped as f64, entries as f64), 1),
+            f(pct(dropped_mass, mass), 2)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n  cache-aware threshold, as a fraction of the uniform share 1/k = {}%",
+        f(100.0 / k as f64, 2)
+    );
+    let _ = writeln!(
+        out,
+        "  {:>6}  {:>8}  {:>9}  {:>10}   surviving experts per cell",
+        "frac", "thr", "io_saved", "mass_lost"
+    );
+    for frac in FRACS {
+        let thr = frac / k as f64;
+        let (mut total, mut lost, mut miss_b, mut drop_b) = (0.0f64, 0.0f64, 0u64, 0u64);
+        let mut hist: BTreeMap<usize, usize> = BTreeMap::new();
+        for cell in cells {
+            let mut best = 0usize;
+            for (i, e) in cell.iter().enumerate() {
+                if e.weight > cell[best].weight {
+                    best = i;
+                }
+            }
+            let mut kept = 0usize;
+            for (i, e) in cell.iter().enumerate() {
+                total += e.weight;
+                if e.miss {
+                    miss_b += e.bytes;
+                    if i != best && e.weight < thr {
+                        drop_b += e.bytes;
+                        lost += e.weight;
+                        continue;
+                    }
+                }
+                kept += 1;
+            }
+            *hist.entry(kept).or_default() += 1;
+        }
+        let h: Vec<String> = hist
+            .iter()
+            .map(|(kept, n)| format!("{kept}:{}%", f(pct(*n as f64, cells.len() as f64), 0)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {}  {}%  {}%  {}%   {}",
+            crate::pyfmt::fw(frac, 6, 2),
+            crate::pyfmt::fw(100.0 * thr, 7, 2),
+            crate::pyfmt::fw(pct(drop_b as f64, miss_b as f64), 8, 1),
+            crate::pyfmt::fw(pct(lost, total), 9, 2),
+            h.join(" ")
+        );
+    }
+    out.push_str(
+        "\n  static-k baseline (--n-expert-used), same rows, for comparison at equal io_saved\n",
+    );
+    let _ = writeln!(
+        out,
+        "  {:>6}  {:>9}  {:>10}",
+        "keep_k", "io_saved", "mass_lost"
+    );
+    for keep in (1..k).rev() {
+        let (mut total, mut lost, mut miss_b, mut drop_b) = (0.0f64, 0.0f64, 0u64, 0u64);
+        for e in cells.iter().flatten() {
+            total += e.weight;
+            if e.miss {
+                miss_b += e.bytes;
+            }
+            if i64::from(e.slot) >= keep {
+                lost += e.weight;
+                if e.miss {
+                    drop_b += e.bytes;
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  {keep:6}  {}%  {}%",
+            crate::pyfmt::fw(pct(drop_b as f64, miss_b as f64), 8, 1),
+            crate::pyfmt::fw(pct(lost, total), 9, 2)
+        );
+    }
+}
+
+/// The report for one trace, or `None` when its preamble gives no `n_expert_used` (the
+/// threshold is a fraction of 1/k, so there is nothing to replay).
+#[must_use]
+pub fn report(t: &RouteTrace) -> Option<String> {
+    let k = t.meta.n_expert_used;
+    if k <= 0 {
+        return None;
+    }
+    let mut out = String::new();
+    let bar = "=".repeat(78);
+    let name = Path::new(&t.path).file_name().map_or_else(
+        || t.path.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    let _ = writeln!(
+        out,
+        "{bar}\n{name}   arch={}  n_expert={}  k={k}\n{bar}",
+        t.meta.arch, t.meta.n_expert
+    );
+    report_phase(&mut out, "DECODE", &phase_cells(t, 1), k);
+    report_phase(&mut out, "PREFILL", &phase_cells(t, 0), k);
+    out.push('\n');
+    Some(out)
+}

@@ -39,6 +39,9 @@ pub enum AnalyzeError {
     /// Nothing to analyse after reading and filtering.
     #[error("{0}")]
     Empty(String),
+    /// A telemetry file the contract reader rejected.
+    #[error("{0}")]
+    Telemetry(String),
     /// Anything else the user can fix, with its own hint.
     #[error("{message}")]
     Invalid {
@@ -67,6 +70,14 @@ impl AnalyzeError {
         }
     }
 
+    /// Wrap an error of the `bmoe-telemetry` readers (it already names file and line).
+    pub fn from_telemetry(path: &Path, err: bmoe_telemetry::Error) -> Self {
+        match err {
+            bmoe_telemetry::Error::Io { source, .. } => Self::io(path, source),
+            other => Self::Telemetry(other.to_string()),
+        }
+    }
+
     /// The `hint:` line printed under the error.
     #[must_use]
     pub fn hint(&self) -> String {
@@ -78,6 +89,7 @@ impl AnalyzeError {
             Self::MissingColumn { .. } => {
                 "record the trace with a bmoe version that writes this column, or pick another view".into()
             }
+            Self::Telemetry(_) => "check that the file is the kind of trace this command reads (docs/telemetry.md)".into(),
             Self::Empty(_) => "check the file and the --phase/--turn filters (try --phase all)".into(),
             Self::Invalid { hint, .. } => hint.clone(),
         }

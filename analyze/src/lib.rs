@@ -9,6 +9,7 @@ pub mod decode;
 pub mod drop;
 pub mod error;
 pub mod metrics;
+mod mt19937;
 pub mod preamble;
 pub mod pyfmt;
 pub mod replay;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use bmoe_analyze::route::{
     self, CellMode, MatrixOptions, Phase, RouteFilter, RouteTrace, Span, View,
 };
-use bmoe_analyze::{AnalyzeError, Result};
+use bmoe_analyze::{AnalyzeError, Result, decode, drop, replay};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -27,6 +27,76 @@ struct Cli {
 enum Command {
     /// Terminal views over one route trace (route-analyze).
     Route(RouteArgs),
+    /// Offline cache-policy simulator (route-replay), with the Belady bound.
+    Replay(ReplayArgs),
+    /// Cache-aware expert-dropping replay (route-drop-replay).
+    Drop(DropArgs),
+    /// Compute-trace report: time and faults by op or layer segment (decode-analyze compute).
+    Compute(ComputeArgs),
+    /// Io-trace report: bandwidth, latency, sizes, lanes (decode-analyze io).
+    Io(IoArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(infer_long_args = true)]
+struct ComputeArgs {
+    /// Compute trace (`# compute_trace v1`).
+    trace: PathBuf,
+    /// Ops listed.
+    #[arg(long, default_value_t = 12, allow_negative_numbers = true)]
+    top: i64,
+    /// Add the per-layer breakdown.
+    #[arg(long)]
+    layers: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(infer_long_args = true)]
+struct IoArgs {
+    /// Io trace (`# io_trace v1`).
+    trace: PathBuf,
+    /// Add the adjacency (coalescing ceiling) section.
+    #[arg(long)]
+    adjacent: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+    Csv,
+}
+
+#[derive(Args, Debug)]
+#[command(infer_long_args = true)]
+struct ReplayArgs {
+    /// Route trace.
+    trace: PathBuf,
+    /// Cache budgets in MiB, comma-separated (default 250,500,750,1000,1500,2000,3000,4000,6000).
+    #[arg(long, default_value = "")]
+    budgets: String,
+    /// Policies, comma-separated: belady, lru, lfu, random, layer, layerlfu.
+    #[arg(long, default_value = "belady,lru,lfu,random,layer,layerlfu")]
+    policies: String,
+    /// Run LRU at this budget (MiB) first and print its hit rates (compare with the run's summary).
+    #[arg(long)]
+    validate: Option<f64>,
+    /// Only rows of this turn.
+    #[arg(long, allow_negative_numbers = true)]
+    turn: Option<i64>,
+    /// Also write the curve as CSV to this file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+struct DropArgs {
+    /// Route traces.
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -98,6 +168,81 @@ fn run_route(a: &RouteArgs) -> Result<String> {
     route::render(&trace, &opt)
 }
 
+fn run_replay(a: &ReplayArgs) -> Result<String> {
+    let budgets = replay::parse_budgets(&a.budgets)?;
+    let policies = replay::Policy::parse_list(&a.policies)?;
+    let trace = RouteTrace::read(
+        &a.trace,
+        RouteFilter {
+            turn: a.turn,
+            phase: Phase::All,
+        },
+    )?;
+    let opt = replay::ReplayOptions {
+        budgets,
+        policies,
+        validate: a.validate,
+    };
+    let rep = replay::run(&trace, &opt)?;
+    let mut text = match a.format {
+        Format::Text => rep.text(),
+        Format::Json => format!("{:#}\n", rep.json()),
+        Format::Csv => rep.curve_csv(),
+    };
+    if let Some(path) = &a.csv {
+        std::fs::write(path, rep.curve_csv()).map_err(|e| AnalyzeError::io(path, e))?;
+        if a.format == Format::Text {
+            text.push_str(&format!("wrote {}\n", path.display()));
+        }
+    }
+    Ok(text)
+}
+
+fn run_drop(a: &DropArgs) -> Result<String> {
+    let mut out = String::new();
+    let mut errors: Vec<AnalyzeError> = Vec::new();
+    for path in &a.traces {
+        let result = RouteTrace::read_meta(path).and_then(|meta| {
+            if meta.n_expert_used <= 0 {
+                return Err(AnalyzeError::Invalid {
+                    message: format!("{}: no n_expert_used in the preamble; cannot express a threshold", path.display()),
+                    hint: "pass a route trace (`# route_trace v1` with a `# model=... n_expert_used=` line)".into(),
+                });
+            }
+            let t = RouteTrace::read(path, RouteFilter { turn: None, phase: Phase::All })?;
+            Ok(drop::report(&t).unwrap_or_default())
+        });
+        match result {
+            Ok(text) => out.push_str(&text),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        return Ok(out);
+    }
+    if out.is_empty() && errors.len() == 1 {
+        return Err(errors.remove(0));
+    }
+    // Some files were reported, some rejected: print what we have, then every error; exit 1.
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    for e in &errors {
+        report(e);
+    }
+    std::process::exit(1);
+}
+
+/// The reference silently reports prefill rows as decode when a trace has no decode rows; we
+/// keep its numbers but say so.
+fn note_fallback(path: &std::path::Path, (text, fell_back): (String, bool)) -> String {
+    if fell_back {
+        eprintln!(
+            "note: {} has no decode rows (phase 1); reporting all rows instead",
+            path.display()
+        );
+    }
+    text
+}
+
 fn report(err: &AnalyzeError) -> ExitCode {
     let mut e = std::io::stderr().lock();
     let _ = writeln!(e, "error: {err}");
@@ -109,6 +254,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Route(a) => run_route(a),
+        Command::Replay(a) => run_replay(a),
+        Command::Drop(a) => run_drop(a),
+        Command::Compute(a) => decode::compute(
+            &a.trace,
+            decode::ComputeOptions {
+                top: a.top,
+                layers: a.layers,
+            },
+        )
+        .map(|r| note_fallback(&a.trace, r)),
+        Command::Io(a) => decode::io(&a.trace, a.adjacent).map(|r| note_fallback(&a.trace, r)),
     };
     match result {
         Ok(text) => {

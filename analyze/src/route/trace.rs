@@ -255,6 +255,27 @@ fn parse_meta_line(path: &Path, line_no: usize, line: &str, meta: &mut RouteMeta
 }
 
 impl RouteTrace {
+    /// Read only the leading `#` preamble of `path` (stops at the first other line).
+    pub fn read_meta(path: &Path) -> Result<RouteMeta> {
+        let file = std::fs::File::open(path).map_err(|e| AnalyzeError::io(path, e))?;
+        let mut meta = RouteMeta {
+            model: "?".into(),
+            arch: "?".into(),
+            ..RouteMeta::default()
+        };
+        for (i, line) in BufReader::new(file).split(b'\n').enumerate() {
+            let line = line.map_err(|e| AnalyzeError::io(path, e))?;
+            if line.first() != Some(&b'#') {
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                break;
+            }
+            parse_meta_line(path, i + 1, &String::from_utf8_lossy(&line), &mut meta)?;
+        }
+        Ok(meta)
+    }
+
     /// Read `path`, keeping rows that pass `filter`.
     pub fn read(path: &Path, filter: RouteFilter) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(|e| AnalyzeError::io(path, e))?;

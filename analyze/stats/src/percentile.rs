@@ -49,7 +49,7 @@ pub fn mean(values: &[f64]) -> f64 {
     if values.is_empty() {
         return 0.0;
     }
-    values.iter().sum::<f64>() / values.len() as f64
+    values.iter().fold(0.0, |a, b| a + b) / values.len() as f64
 }
 
 /// Median of an ascending slice (mean of the two middle values for even n). 0.0 when empty.
