@@ -9,6 +9,7 @@ pub mod info;
 mod mmap;
 pub mod parse;
 pub mod reader;
+mod sink;
 pub mod synth;
 pub mod value;
 pub mod writer;

@@ -15,13 +15,13 @@ use super::human_bytes;
 /// Options of `model synth`. Every dimension defaults to the preset's value.
 #[derive(Debug, Args)]
 pub struct SynthArgs {
-    /// Starting point: tiny, qwen3-30b-a3b, qwen2moe-tiny, gpt-oss-tiny.
+    /// Starting point: tiny, qwen3-30b-a3b, qwen2moe-tiny, gpt-oss-tiny, gemma4-tiny.
     #[arg(long, default_value = "tiny", value_parser = parse_preset)]
     pub preset: Preset,
     /// Output file (the first shard's name is derived from it with --split).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Architecture: qwen3moe, qwen2moe, gpt-oss.
+    /// Architecture: qwen3moe, qwen2moe, gpt-oss, gemma4.
     #[arg(long, value_parser = parse_arch)]
     pub arch: Option<Arch>,
     /// Transformer layers.
@@ -39,7 +39,7 @@ pub struct SynthArgs {
     /// Routed expert FFN width.
     #[arg(long)]
     pub ff: Option<u64>,
-    /// Shared expert FFN width (qwen2moe).
+    /// Shared expert FFN width (qwen2moe) / dense MLP width (gemma4).
     #[arg(long)]
     pub ff_shared: Option<u64>,
     /// Query heads.
@@ -92,7 +92,7 @@ fn parse_preset(s: &str) -> Result<Preset, String> {
 
 fn parse_arch(s: &str) -> Result<Arch, String> {
     Arch::from_name(s)
-        .ok_or_else(|| format!("unknown arch {s:?}; choose qwen3moe, qwen2moe or gpt-oss"))
+        .ok_or_else(|| format!("unknown arch {s:?}; choose qwen3moe, qwen2moe, gpt-oss or gemma4"))
 }
 
 fn parse_type(s: &str) -> Result<GgmlType, String> {

@@ -22,6 +22,9 @@ pub enum Arch {
     /// `gpt-oss` (llama.cpp `LLM_ARCH_OPENAI_MOE`): attention sinks, sliding-window layers,
     /// router bias, expert biases, post-attention norm; experts usually MXFP4.
     GptOss,
+    /// `gemma4`: fused `ffn_gate_up_exps` experts next to a dense GELU MLP, sliding-window layers,
+    /// q/k norms, post-attention / post-FFN norms, a scaled router input.
+    Gemma4,
 }
 
 impl Arch {
@@ -31,12 +34,13 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Qwen2Moe => "qwen2moe",
             Arch::GptOss => "gpt-oss",
+            Arch::Gemma4 => "gemma4",
         }
     }
 
     /// Parse a `general.architecture` string.
     pub fn from_name(s: &str) -> Option<Self> {
-        [Arch::Qwen3Moe, Arch::Qwen2Moe, Arch::GptOss]
+        [Arch::Qwen3Moe, Arch::Qwen2Moe, Arch::GptOss, Arch::Gemma4]
             .into_iter()
             .find(|a| a.gguf_name() == s)
     }
@@ -126,7 +130,12 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         (kv("block_count"), MetaValue::U32(o.n_layer)),
         (
             kv("feed_forward_length"),
-            MetaValue::U32((ff * u64::from(o.n_expert_used)) as u32),
+            // gemma4's dense MLP width; the others only use it as a fallback for the expert FF.
+            MetaValue::U32(if o.arch == Arch::Gemma4 {
+                o.n_ff_shexp as u32
+            } else {
+                (ff * u64::from(o.n_expert_used)) as u32
+            }),
         ),
         (kv("attention.head_count"), MetaValue::U32(o.n_head as u32)),
         (
@@ -158,6 +167,19 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
             kv("attention.sliding_window"),
             MetaValue::U32(o.sliding_window),
         )),
+        Arch::Gemma4 => md.extend([
+            (
+                kv("attention.sliding_window"),
+                MetaValue::U32(o.sliding_window),
+            ),
+            (
+                kv("attention.sliding_window_pattern"),
+                MetaValue::bool_array((0..o.n_layer).map(gemma4_is_swa)),
+            ),
+            (kv("embedding_length_per_layer_input"), MetaValue::U32(0)),
+            (kv("attention.key_length_swa"), MetaValue::U32(hd as u32)),
+            (kv("attention.value_length_swa"), MetaValue::U32(hd as u32)),
+        ]),
         Arch::Qwen3Moe => {}
     }
     md.extend(vocab.metadata());
@@ -173,11 +195,17 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
     let mut b = Builder {
         tensors: Vec::new(),
     };
+    // gemma4 multiplies embeddings by sqrt(n_embd); keep its residual stream at unit scale too.
+    let embd_std = if o.arch == Arch::Gemma4 {
+        inv_sqrt(e)
+    } else {
+        1.0
+    };
     b.add(
         "token_embd.weight",
         f32t,
         &[e, nv],
-        Init::Random { std: 1.0 },
+        Init::Random { std: embd_std },
     );
     b.add("output_norm.weight", f32t, &[e], Init::Ones);
     b.add(
@@ -186,11 +214,16 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         &[e, nv],
         Init::Random { std: inv_sqrt(e) },
     );
+    let mut rope_freqs_done = false;
     for i in 0..o.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}");
+        if o.arch == Arch::Gemma4 {
+            gemma4_layer(&mut b, o, i, &mut rope_freqs_done);
+            continue;
+        }
         b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);
         if o.arch == Arch::GptOss {
-            b.add(p("attn_post_norm.weight"), f32t, &[e], Init::Ones);
+            b.add(p("post_attention_norm.weight"), f32t, &[e], Init::Ones);
         }
         b.add(
             p("attn_q.weight"),
@@ -238,7 +271,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
                 );
                 b.add(p("attn_sinks.weight"), f32t, &[o.n_head], Init::Zeros);
             }
-            Arch::Qwen2Moe => {}
+            Arch::Qwen2Moe | Arch::Gemma4 => {}
         }
         if o.arch != Arch::GptOss {
             b.add(p("ffn_norm.weight"), f32t, &[e], Init::Ones);
@@ -308,11 +341,115 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
                     Init::Random { std: inv_sqrt(fs) },
                 );
             }
-            Arch::Qwen3Moe => {}
+            Arch::Qwen3Moe | Arch::Gemma4 => {}
         }
     }
     for t in &b.tensors {
         t.spec.n_bytes()?;
     }
+    let _ = rope_freqs_done;
     Ok((md, b.tensors))
+}
+
+/// gemma4 layer `i` uses sliding-window attention on even layers (full attention on odd ones).
+fn gemma4_is_swa(i: u32) -> bool {
+    i.is_multiple_of(2)
+}
+
+/// One gemma4 MoE layer (`src/models/gemma4.cpp`, `load_arch_tensors`).
+fn gemma4_layer(b: &mut Builder, o: &SynthOptions, i: u32, rope_freqs_done: &mut bool) {
+    let p = |s: &str| format!("blk.{i}.{s}");
+    let (e, ff, hd) = (o.n_embd, o.n_ff_exp, o.head_dim);
+    let ne = u64::from(o.n_expert);
+    let (q_dim, kv_dim) = (o.n_head * hd, o.n_head_kv * hd);
+    let (f32t, dt, xt) = (GgmlType::F32, o.dense_type, o.expert_type);
+    let fs = o.n_ff_shexp;
+    b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);
+    b.add(
+        p("attn_q.weight"),
+        dt,
+        &[e, q_dim],
+        Init::Random { std: inv_sqrt(e) },
+    );
+    b.add(
+        p("attn_k.weight"),
+        dt,
+        &[e, kv_dim],
+        Init::Random { std: inv_sqrt(e) },
+    );
+    b.add(
+        p("attn_v.weight"),
+        dt,
+        &[e, kv_dim],
+        Init::Random { std: inv_sqrt(e) },
+    );
+    b.add(
+        p("attn_output.weight"),
+        dt,
+        &[q_dim, e],
+        Init::Random {
+            std: inv_sqrt(q_dim),
+        },
+    );
+    b.add(p("attn_q_norm.weight"), f32t, &[hd], Init::Ones);
+    b.add(p("attn_k_norm.weight"), f32t, &[hd], Init::Ones);
+    b.add(p("post_attention_norm.weight"), f32t, &[e], Init::Ones);
+    if !gemma4_is_swa(i) && !*rope_freqs_done {
+        // One tensor shared by every full-attention layer (llama.cpp TENSOR_DUPLICATED).
+        b.add("rope_freqs.weight", f32t, &[hd / 2], Init::Ones);
+        *rope_freqs_done = true;
+    }
+    b.add(p("ffn_norm.weight"), f32t, &[e], Init::Ones);
+    b.add(
+        p("ffn_gate.weight"),
+        dt,
+        &[e, fs],
+        Init::Random { std: inv_sqrt(e) },
+    );
+    b.add(
+        p("ffn_up.weight"),
+        dt,
+        &[e, fs],
+        Init::Random { std: inv_sqrt(e) },
+    );
+    b.add(
+        p("ffn_down.weight"),
+        dt,
+        &[fs, e],
+        Init::Random { std: inv_sqrt(fs) },
+    );
+    b.add(p("post_ffw_norm.weight"), f32t, &[e], Init::Ones);
+    let gains = Arc::new(router_gains(o.seed, i, o.n_expert, o.router_skew));
+    b.add(
+        p("ffn_gate_inp.weight"),
+        f32t,
+        &[e, ne],
+        Init::RowGain {
+            std: 2.0 * inv_sqrt(e),
+            gains,
+        },
+    );
+    // The router input is rms_norm(x) / sqrt(n_embd) * scale: scale = sqrt(n_embd) restores the
+    // logit scale the other architectures have.
+    b.add(
+        p("ffn_gate_inp.scale"),
+        f32t,
+        &[e],
+        Init::Const((e as f32).sqrt()),
+    );
+    b.add(p("pre_ffw_norm_2.weight"), f32t, &[e], Init::Ones);
+    b.add(p("post_ffw_norm_1.weight"), f32t, &[e], Init::Ones);
+    b.add(p("post_ffw_norm_2.weight"), f32t, &[e], Init::Ones);
+    b.add(
+        p("ffn_gate_up_exps.weight"),
+        xt,
+        &[e, 2 * ff, ne],
+        Init::Random { std: inv_sqrt(e) },
+    );
+    b.add(
+        p("ffn_down_exps.weight"),
+        xt,
+        &[ff, e, ne],
+        Init::Random { std: inv_sqrt(ff) },
+    );
 }

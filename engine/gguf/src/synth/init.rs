@@ -27,6 +27,8 @@ pub enum Init {
     Ones,
     /// Every element 0.0.
     Zeros,
+    /// Every element the given value (F32 only).
+    Const(f32),
     /// Zero-mean values with standard deviation `std` (uniform for float types; uniform payload
     /// with scaled blocks for quant types).
     Random {
@@ -89,6 +91,11 @@ pub fn generate_page(
         (Init::Ones, GgmlType::F32) => {
             for c in out.chunks_exact_mut(4) {
                 c.copy_from_slice(&1.0f32.to_le_bytes());
+            }
+        }
+        (Init::Const(v), GgmlType::F32) => {
+            for c in out.chunks_exact_mut(4) {
+                c.copy_from_slice(&v.to_le_bytes());
             }
         }
         (Init::Ones, GgmlType::F16) => {

@@ -26,7 +26,7 @@ use crate::info::{ModelInfo, ShardInfo};
 use crate::parse::TensorInfo;
 use crate::reader::ModelTensor;
 use crate::value::MetaValue;
-use crate::writer::{FileLayout, TensorFill, TensorSpec, layout_model, write_files};
+use crate::writer::{DirectIo, FileLayout, TensorFill, TensorSpec, layout_model, write_files_with};
 
 /// A named starting point for [`SynthOptions`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,15 +40,18 @@ pub enum Preset {
     Qwen2MoeTiny,
     /// gpt-oss (MXFP4 experts, expert biases, attention sinks, sliding window), tiny dims.
     GptOssTiny,
+    /// gemma4 with fused `ffn_gate_up_exps` experts beside a dense MLP, tiny dims.
+    Gemma4Tiny,
 }
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 4] = [
+    pub const ALL: [Preset; 5] = [
         Preset::Tiny,
         Preset::Qwen3_30bA3b,
         Preset::Qwen2MoeTiny,
         Preset::GptOssTiny,
+        Preset::Gemma4Tiny,
     ];
 
     /// The CLI name.
@@ -58,6 +61,7 @@ impl Preset {
             Preset::Qwen3_30bA3b => "qwen3-30b-a3b",
             Preset::Qwen2MoeTiny => "qwen2moe-tiny",
             Preset::GptOssTiny => "gpt-oss-tiny",
+            Preset::Gemma4Tiny => "gemma4-tiny",
         }
     }
 
@@ -82,7 +86,7 @@ pub struct SynthOptions {
     pub n_embd: u64,
     /// Routed expert FFN width.
     pub n_ff_exp: u64,
-    /// Shared expert FFN width (qwen2moe).
+    /// Shared expert FFN width (qwen2moe) / dense MLP width (gemma4).
     pub n_ff_shexp: u64,
     /// Query heads.
     pub n_head: u64,
@@ -159,6 +163,10 @@ impl SynthOptions {
                 n_expert_used: 2,
                 n_ff_exp: 512,
                 expert_type: GgmlType::MXFP4,
+                ..tiny
+            },
+            Preset::Gemma4Tiny => Self {
+                arch: Arch::Gemma4,
                 ..tiny
             },
         }
@@ -356,6 +364,16 @@ pub fn write_plan(
     seed: u64,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ModelSummary> {
+    write_plan_with(plan, seed, progress, DirectIo::Auto)
+}
+
+/// [`write_plan`] with an explicit O_DIRECT policy.
+pub fn write_plan_with(
+    plan: &ModelPlan,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+    direct: DirectIo,
+) -> Result<ModelSummary> {
     let total = plan.total_bytes();
     let specs: Vec<TensorSpec> = plan.tensors.iter().map(|t| t.spec.clone()).collect();
     let mut fill = SynthFill {
@@ -365,10 +383,16 @@ pub fn write_plan(
     };
     let start = Instant::now();
     let mut done = 0u64;
-    write_files(&plan.layouts, &specs, &mut fill, &mut |n| {
-        done += n;
-        progress(done, total);
-    })?;
+    write_files_with(
+        &plan.layouts,
+        &specs,
+        &mut fill,
+        &mut |n| {
+            done += n;
+            progress(done, total);
+        },
+        direct,
+    )?;
     Ok(ModelSummary {
         paths: plan.layouts.iter().map(|l| l.path.clone()).collect(),
         bytes: total,
