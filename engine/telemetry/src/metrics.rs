@@ -59,6 +59,10 @@ macro_rules! token_row {
         /// The 29 per-token columns, in the seed's (and the writer's) order.
         pub const TOKEN_COLUMNS: [&str; 29] = [ $( stringify!($name), )* ];
 
+        /// The value type of each of [`TOKEN_COLUMNS`] (for a polars schema).
+        pub const TOKEN_COLUMN_TYPES: [crate::cell::ColumnType; 29] =
+            [ $( <$ty as Cell>::TYPE, )* ];
+
         /// Decimals the writer uses per column of [`TOKEN_COLUMNS`] (0 for integers).
         pub const TOKEN_DECIMALS: [usize; 29] = [ $( $dec, )* ];
 
@@ -582,6 +586,8 @@ pub mod trailer_keys {
 /// the run info are available alongside.
 pub struct MetricsReader<R> {
     table: TableReader<R>,
+    // A copy of the table's label, so errors can name the file while a row borrows the table.
+    path: PathBuf,
     info: RunInfo,
     map: [Option<usize>; 29],
     summaries: Vec<SummaryTrailer>,
@@ -637,6 +643,7 @@ impl<R: BufRead> MetricsReader<R> {
         }
         let cut = table.header_truncated().cloned();
         Ok(MetricsReader {
+            path: table.path().to_path_buf(),
             table,
             info,
             map,
@@ -696,14 +703,13 @@ impl<R: BufRead> MetricsReader<R> {
 
     fn next_row(&mut self) -> Result<Option<TokenRow>> {
         loop {
-            let path = self.table.path().to_path_buf();
             match self.table.next_line()? {
                 None => return Ok(None),
                 Some(Line::Comment { text, line }) => match SummaryTrailer::parse(text, line) {
                     Some(t) => self.summaries.push(t),
                     None => self.comments.push((line, text.to_string())),
                 },
-                Some(Line::Row(f)) => return TokenRow::parse(&self.map, &f, &path).map(Some),
+                Some(Line::Row(f)) => return TokenRow::parse(&self.map, &f, &self.path).map(Some),
             }
         }
     }

@@ -63,7 +63,7 @@ impl Preamble {
 #[derive(Debug)]
 pub struct Fields<'a> {
     buf: &'a [u8],
-    ends: &'a [usize],
+    spans: &'a [(usize, usize)],
     /// 1-based line number.
     pub line: u64,
     /// Whether the line ended with a newline. A last line without one may be cut short by a
@@ -74,18 +74,17 @@ pub struct Fields<'a> {
 impl<'a> Fields<'a> {
     /// Number of fields on the row.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.spans.len()
     }
 
     /// Whether the row has no field (never true for a row the reader returns).
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.spans.is_empty()
     }
 
     /// Field `i` (unquoted bytes), `None` past the end of the row.
     pub fn get(&self, i: usize) -> Option<&'a [u8]> {
-        let end = *self.ends.get(i)?;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        let &(start, end) = self.spans.get(i)?;
         self.buf.get(start..end)
     }
 
@@ -115,8 +114,11 @@ pub struct TableReader<R> {
     path: PathBuf,
     line_no: u64,
     raw: Vec<u8>,
+    /// Unquoted field bytes, used only for lines that contain a quote.
     fields: Vec<u8>,
-    ends: Vec<usize>,
+    /// Field spans: into `raw` when `spans_in_raw`, else into `fields`.
+    spans: Vec<(usize, usize)>,
+    spans_in_raw: bool,
     preamble: Preamble,
     header: Vec<String>,
     header_line: u64,
@@ -154,7 +156,8 @@ impl<R: BufRead> TableReader<R> {
             line_no: 0,
             raw: Vec::with_capacity(256),
             fields: Vec::with_capacity(256),
-            ends: Vec::with_capacity(32),
+            spans: Vec::with_capacity(32),
+            spans_in_raw: false,
             preamble: Preamble::default(),
             header: Vec::new(),
             header_line: 0,
@@ -189,11 +192,12 @@ impl<R: BufRead> TableReader<R> {
                 t.preamble.skip_rows = t.line_no - 1;
                 return Ok(t);
             }
-            t.split(&text)?;
-            let mut header = Vec::with_capacity(t.ends.len());
-            for i in 0..t.ends.len() {
-                let start = if i == 0 { 0 } else { t.ends[i - 1] };
-                let name = std::str::from_utf8(&t.fields[start..t.ends[i]])
+            let in_text = split_line(&text, 0, &mut t.spans, &mut t.fields)
+                .map_err(|m| Error::line(&t.path, t.line_no, m))?;
+            let src: &[u8] = if in_text { &text } else { &t.fields };
+            let mut header = Vec::with_capacity(t.spans.len());
+            for &(a, b) in &t.spans {
+                let name = std::str::from_utf8(&src[a..b])
                     .map_err(|_| Error::line(&t.path, t.line_no, "header row is not UTF-8"))?;
                 header.push(name.trim().to_string());
             }
@@ -277,13 +281,20 @@ impl<R: BufRead> TableReader<R> {
             if !self.header_raw.is_empty() && text == self.header_raw.as_slice() {
                 continue;
             }
-            let raw = std::mem::take(&mut self.raw);
-            let r = self.split(&raw[start..end]);
-            self.raw = raw;
-            r?;
+            self.spans_in_raw = split_line(
+                &self.raw[start..end],
+                start,
+                &mut self.spans,
+                &mut self.fields,
+            )
+            .map_err(|m| Error::line(&self.path, self.line_no, m))?;
             return Ok(Some(Line::Row(Fields {
-                buf: &self.fields,
-                ends: &self.ends,
+                buf: if self.spans_in_raw {
+                    &self.raw
+                } else {
+                    &self.fields
+                },
+                spans: &self.spans,
                 line: self.line_no,
                 complete,
             })));
@@ -304,67 +315,71 @@ impl<R: BufRead> TableReader<R> {
         self.last_complete = self.raw.last() == Some(&b'\n');
         Ok(true)
     }
+}
 
-    /// Splits one line into `self.fields` / `self.ends`, honouring quotes.
-    fn split(&mut self, line: &[u8]) -> Result<()> {
-        self.fields.clear();
-        self.ends.clear();
-        if !line.contains(&b'"') {
-            // Fast path: no quoting anywhere on the line.
-            for part in line.split(|&b| b == b',') {
-                self.fields.extend_from_slice(part);
-                self.ends.push(self.fields.len());
+/// Splits `line` (which starts at offset `base` of its buffer) into field spans.
+///
+/// Returns `true` when the spans index the line's own buffer (no quote on the line: the hot
+/// path, no copy), `false` when they index `fields`, which then holds the unquoted bytes.
+fn split_line(
+    line: &[u8],
+    base: usize,
+    spans: &mut Vec<(usize, usize)>,
+    fields: &mut Vec<u8>,
+) -> std::result::Result<bool, &'static str> {
+    spans.clear();
+    if !line.contains(&b'"') {
+        let mut start = 0;
+        for (i, &b) in line.iter().enumerate() {
+            if b == b',' {
+                spans.push((base + start, base + i));
+                start = i + 1;
             }
-            return Ok(());
         }
-        let mut i = 0;
-        let n = line.len();
-        loop {
-            if i < n && line[i] == b'"' {
-                i += 1;
-                loop {
-                    match line.get(i) {
-                        None => {
-                            return Err(Error::line(
-                                &self.path,
-                                self.line_no,
-                                "unterminated quoted field (a quote opened and never closed)",
-                            ));
-                        }
-                        Some(b'"') if line.get(i + 1) == Some(&b'"') => {
-                            self.fields.push(b'"');
-                            i += 2;
-                        }
-                        Some(b'"') => {
-                            i += 1;
-                            break;
-                        }
-                        Some(&b) => {
-                            self.fields.push(b);
-                            i += 1;
-                        }
+        spans.push((base + start, base + line.len()));
+        return Ok(true);
+    }
+    fields.clear();
+    let mut i = 0;
+    let n = line.len();
+    loop {
+        let field_start = fields.len();
+        if i < n && line[i] == b'"' {
+            i += 1;
+            loop {
+                match line.get(i) {
+                    None => {
+                        return Err("unterminated quoted field (a quote opened and never closed)");
+                    }
+                    Some(b'"') if line.get(i + 1) == Some(&b'"') => {
+                        fields.push(b'"');
+                        i += 2;
+                    }
+                    Some(b'"') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(&b) => {
+                        fields.push(b);
+                        i += 1;
                     }
                 }
-                // Anything between the closing quote and the next comma is kept verbatim.
-                while i < n && line[i] != b',' {
-                    self.fields.push(line[i]);
-                    i += 1;
-                }
-            } else {
-                while i < n && line[i] != b',' {
-                    self.fields.push(line[i]);
-                    i += 1;
-                }
             }
-            self.ends.push(self.fields.len());
-            if i >= n {
-                return Ok(());
-            }
-            i += 1; // the comma
-            if i == n {
-                self.ends.push(self.fields.len());
-                return Ok(());
-            }
+        }
+        // Unquoted text, or whatever sits between a closing quote and the next comma (kept
+        // verbatim).
+        while i < n && line[i] != b',' {
+            fields.push(line[i]);
+            i += 1;
+        }
+        spans.push((field_start, fields.len()));
+        if i >= n {
+            return Ok(false);
+        }
+        i += 1; // the comma
+        if i == n {
+            spans.push((fields.len(), fields.len()));
+            return Ok(false);
         }
     }
 }

@@ -91,6 +91,19 @@ pub const IO_COLUMNS: [&str; 12] = [
     "latency_ns",
 ];
 
+use crate::cell::ColumnType::{self, Bool, Float, Int, Text, UInt};
+
+/// The value type of each of [`ROUTE_COLUMNS`] (for a polars schema).
+pub const ROUTE_COLUMN_TYPES: [ColumnType; 10] =
+    [UInt, UInt, Int, UInt, UInt, UInt, Float, UInt, UInt, Bool];
+/// The value type of each of [`COMPUTE_COLUMNS`].
+pub const COMPUTE_COLUMN_TYPES: [ColumnType; 9] =
+    [UInt, UInt, Int, UInt, Int, Text, Text, UInt, UInt];
+/// The value type of each of [`IO_COLUMNS`].
+pub const IO_COLUMN_TYPES: [ColumnType; 12] = [
+    UInt, UInt, Int, UInt, UInt, UInt, UInt, Bool, UInt, UInt, UInt, UInt,
+];
+
 /// A trace's static preamble facts.
 pub trait TraceInfo: Sized {
     /// Builds it from the raw preamble.
@@ -567,6 +580,8 @@ impl TraceRow for IoRow {
 /// Streaming reader of one trace file; `T` is [`RouteRow`], [`ComputeRow`] or [`IoRow`].
 pub struct TraceReader<R, T: TraceRow> {
     table: TableReader<R>,
+    // A copy of the table's label, so errors can name the file while a row borrows the table.
+    path: PathBuf,
     info: T::Info,
     map: Vec<Option<usize>>,
     truncated: Option<Truncated>,
@@ -633,6 +648,7 @@ impl<R: BufRead, T: TraceRow> TraceReader<R, T> {
         let info = T::Info::from_preamble(table.preamble(), table.path())?;
         let cut = table.header_truncated().cloned();
         Ok(TraceReader {
+            path: table.path().to_path_buf(),
             table,
             info,
             map,
@@ -675,12 +691,11 @@ impl<R: BufRead, T: TraceRow> TraceReader<R, T> {
 
     fn next_row(&mut self) -> Result<Option<T>> {
         loop {
-            let path: PathBuf = self.table.path().to_path_buf();
             match self.table.next_line()? {
                 None => return Ok(None),
                 // Traces carry no trailer; a stray comment is skipped.
                 Some(Line::Comment { .. }) => continue,
-                Some(Line::Row(f)) => return T::parse(&self.map, &f, &path).map(Some),
+                Some(Line::Row(f)) => return T::parse(&self.map, &f, &self.path).map(Some),
             }
         }
     }
