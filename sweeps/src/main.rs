@@ -1,6 +1,8 @@
 //! `bmoe-bench`: synthetic models (`model synth`, `model inspect`) and, later, benchmark sweeps.
 
 mod model;
+mod report;
+mod sweep;
 
 use std::process::ExitCode;
 
@@ -19,18 +21,24 @@ enum Command {
     /// Synthesise and inspect GGUF MoE models.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Run a benchmark sweep described by a TOML manifest (see docs/sweeps.md).
+    Sweep(sweep::SweepArgs),
+    /// Summarise a results directory: tok/s with CIs per cell, ratios, plots, findings.md.
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Model(cmd) => model::run(cmd),
+        Command::Sweep(args) => sweep::run(&args),
+        Command::Report(args) => report::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            if let Some(hint) = model::hint_for(&err) {
+            if let Some(hint) = model::hint_for(&err).or_else(|| sweep::hint_for(&err)) {
                 eprintln!("hint: {hint}");
             }
             ExitCode::FAILURE

@@ -1,0 +1,253 @@
+//! The `findings.md` skeleton: the shape of the archive's findings files (verdict, setup,
+//! results, run order with device state, caveats, open items, files), with everything the
+//! results know filled in and the judgement left as TODOs.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use super::Report;
+use super::render::{markdown, num};
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or("—".into(), |v| format!("{v:.digits$}"))
+}
+
+/// Renders the skeleton.
+pub fn skeleton(r: &Report) -> String {
+    let mut s = String::new();
+    let first = r
+        .records
+        .iter()
+        .map(|x| x.started_unix)
+        .filter(|t| *t > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let _ = writeln!(
+        s,
+        "# {} — TODO: verdict (POSITIVE / NEGATIVE / INCONCLUSIVE)\n",
+        r.campaign
+    );
+    let _ = writeln!(
+        s,
+        "**TODO verdict:** the effect size with its interval, whether the intervals are disjoint, and the mechanism in one sentence.\n"
+    );
+    if first.is_finite() {
+        let _ = writeln!(
+            s,
+            "Runs started at Unix time {first:.0}; results in `{}`.\n",
+            r.root.display()
+        );
+    }
+
+    let _ = writeln!(s, "## Setup\n");
+    let devices: BTreeSet<String> = r
+        .records
+        .iter()
+        .map(|x| format!("`{}` ({} {})", x.device, x.device_kind, x.address))
+        .collect();
+    let models: BTreeSet<String> = r
+        .records
+        .iter()
+        .map(|x| format!("`{}` ({})", x.model, x.model_path))
+        .collect();
+    let binaries: BTreeSet<String> = r
+        .records
+        .iter()
+        .map(|x| {
+            format!(
+                "`{}` sha256 {}",
+                x.binary,
+                x.binary_sha256
+                    .as_deref()
+                    .map_or("?", |h| &h[..12.min(h.len())])
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "- devices: {}",
+        devices.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "- models: {}",
+        models.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "- binaries: {}",
+        binaries.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    let mut axes: indexmap::IndexMap<String, BTreeSet<String>> = indexmap::IndexMap::new();
+    for rec in &r.records {
+        for (k, v) in &rec.axes {
+            axes.entry(k.clone()).or_default().insert(v.clone());
+        }
+    }
+    let varying: Vec<String> = axes
+        .iter()
+        .filter(|(_, v)| v.len() > 1)
+        .map(|(k, v)| {
+            format!(
+                "`{k}` ∈ {{{}}}",
+                v.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "- what varies: {}",
+        if varying.is_empty() {
+            "nothing (single cell)".into()
+        } else {
+            varying.join("; ")
+        }
+    );
+    let counted = r.records.iter().filter(|x| !x.warmup).count();
+    let warm = r.records.len() - counted;
+    let reps = r.records.iter().map(|x| x.pass).max().unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "- runs: {counted} counted ({reps} repetition(s) per cell), {warm} warm-up run(s) not counted"
+    );
+    if let Some(a) = r.records.iter().find(|x| !x.argv.is_empty()) {
+        let _ = writeln!(
+            s,
+            "- first command: `{}`",
+            crate::sweep::device::shell_join(&a.argv)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "- the CSV preambles (`metrics.csv` of each run) record the resolved configuration of every run.\n"
+    );
+
+    let _ = writeln!(s, "## Results\n");
+    let table = markdown(r);
+    // Drop the report's own title line.
+    s.push_str(
+        table
+            .split_once('\n')
+            .map_or(table.as_str(), |(_, rest)| rest)
+            .trim_start(),
+    );
+    s.push('\n');
+
+    let _ = writeln!(s, "## Run order and device state\n");
+    let _ = writeln!(
+        s,
+        "| # | device | cell | run | status | tok/s | cooldown s | gate | MemAvailable MiB before → after | load1 before | CPU °C before → after | mem cap MiB / peak MiB |"
+    );
+    let _ = writeln!(s, "|--:|---|---|---|---|--:|--:|---|--:|--:|--:|--:|");
+    for (i, x) in r.records.iter().enumerate() {
+        let b = x.state_before.as_ref();
+        let a = x.state_after.as_ref();
+        let cg = x.cgroup.as_ref().map_or("—".into(), |c| {
+            format!(
+                "{} / {}",
+                c.limit_bytes >> 20,
+                c.peak_bytes.map_or("?".into(), |p| (p >> 20).to_string())
+            )
+        });
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {}{} | {} | {} | {:.1} | {} | {} → {} | {} | {} → {} | {cg} |",
+            i + 1,
+            x.device,
+            x.cell,
+            x.rep,
+            if x.warmup { " (warm-up)" } else { "" },
+            x.status,
+            r.run_stats[i]
+                .as_ref()
+                .map_or("—".into(), |st| num(st.tok_s)),
+            x.cooldown_waited_s,
+            x.gate_met.map_or("—".into(), |g| if g {
+                "met".into()
+            } else {
+                format!("gave up: {}", x.gate_unmet.join(", "))
+            }),
+            opt(b.and_then(|s| s.mem_available_mib), 0),
+            opt(a.and_then(|s| s.mem_available_mib), 0),
+            opt(b.and_then(|s| s.load.map(|l| l[0])), 2),
+            opt(b.and_then(|s| s.cpu_temp_c), 1),
+            opt(a.and_then(|s| s.cpu_temp_c), 1),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nTODO: argue the result is not drift (order interleaved/reversed/shuffled? fastest cells first and last? dose–response?).\n"
+    );
+
+    let _ = writeln!(s, "## Caveats\n");
+    let mut any = false;
+    for (i, x) in r.records.iter().enumerate() {
+        if let Some(f) = r.run_stats[i].as_ref().and_then(|st| st.flag.clone()) {
+            let _ = writeln!(
+                s,
+                "- `{}` {}: **{f}** — not a benchmark run, excluded from every average.",
+                x.cell, x.rep
+            );
+            any = true;
+        }
+        if x.status != "ok" {
+            let _ = writeln!(
+                s,
+                "- `{}` {}: {}{}",
+                x.cell,
+                x.rep,
+                x.status,
+                x.error
+                    .as_ref()
+                    .map_or(String::new(), |e| format!(" — {e}"))
+            );
+            any = true;
+        }
+        if x.gate_met == Some(false) {
+            let _ = writeln!(
+                s,
+                "- `{}` {}: the cooldown gate gave up after {:.0} s ({}); the run started from a warmer/fuller device.",
+                x.cell,
+                x.rep,
+                x.cooldown_waited_s,
+                x.gate_unmet.join(", ")
+            );
+            any = true;
+        }
+        if x.cgroup
+            .as_ref()
+            .and_then(|c| c.oom_kill)
+            .is_some_and(|k| k > 0)
+        {
+            let _ = writeln!(
+                s,
+                "- `{}` {}: OOM kills inside the memory cgroup.",
+                x.cell, x.rep
+            );
+            any = true;
+        }
+    }
+    if r.rows.iter().any(|row| row.stats.runs == 1) {
+        let _ = writeln!(
+            s,
+            "- cells with one run have no across-run interval; their within-run CI is over autocorrelated tokens and too narrow."
+        );
+        any = true;
+    }
+    if !any {
+        let _ = writeln!(s, "- no run was flagged, failed or gated.");
+    }
+    let _ = writeln!(
+        s,
+        "- TODO: one device, one model? quality not measured? which counters not to read?\n"
+    );
+
+    let _ = writeln!(
+        s,
+        "## Open / owed\n\n- TODO: a reversed-order pass, a cold re-run, more repetitions.\n"
+    );
+    let _ = writeln!(s, "## Files\n");
+    for x in &r.records {
+        let _ = writeln!(s, "- `{}` {} → `{}/`", x.cell, x.rep, x.dir);
+    }
+    s
+}

@@ -1,0 +1,289 @@
+//! `bmoe-bench report RESULTS_DIR`: a table per sweep and model (tok/s mean ± 95 % CI across
+//! repetitions and the within-run bootstrap, flash MiB/token, hit %, s/token split) in md, csv,
+//! json or jsonl; `--baseline` ratios with intervals; SVG plots; a `findings.md` skeleton.
+//!
+//! Warm-ups, failed runs and runs whose preamble says they are not benchmark runs (traced,
+//! probed, stochastic, speculative) are listed but never averaged.
+
+mod findings;
+mod plot;
+mod render;
+pub mod stats;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use crate::sweep::Hinted;
+use crate::sweep::results::{RunRecord, read_records};
+use stats::{Boot, CellStats, Ratio, RunStats};
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Markdown tables (default).
+    Md,
+    /// One CSV row per cell.
+    Csv,
+    /// A JSON array of cells.
+    Json,
+    /// One JSON object per cell per line.
+    Jsonl,
+}
+
+/// Options of `bmoe-bench report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A results directory written by `bmoe-bench sweep`.
+    pub results: PathBuf,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "md")]
+    pub format: Format,
+    /// Add tok/s ratios (with 95 % CIs) against this cell tag, per sweep and model.
+    #[arg(long, value_name = "CELL")]
+    pub baseline: Option<String>,
+    /// Trim this many tokens from the start of every run (default: the manifest's
+    /// warmup.discard_tokens).
+    #[arg(long)]
+    pub trim: Option<usize>,
+    /// Write SVG plots into this directory (tok/s per cell with CIs).
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
+    /// Also plot tok/s against this axis as curves (one per combination of the other axes).
+    #[arg(long, value_name = "AXIS", requires = "plots")]
+    pub x: Option<String>,
+    /// Write a findings.md skeleton into the results directory (or this path).
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
+    pub findings: Option<PathBuf>,
+    /// Bootstrap resamples (default: the manifest's [analysis], else 2000).
+    #[arg(long)]
+    pub resamples: Option<usize>,
+}
+
+/// One cell's row in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellRow {
+    /// Sweep block.
+    pub sweep: String,
+    /// Model id.
+    pub model: String,
+    /// Device id.
+    pub device: String,
+    /// Cell tag.
+    pub cell: String,
+    /// Axis -> value.
+    pub axes: IndexMap<String, String>,
+    /// Aggregate statistics.
+    #[serde(flatten)]
+    pub stats: CellStats,
+    /// Ratio to the baseline cell.
+    pub vs_baseline: Option<Ratio>,
+    /// Runs excluded (warm-up, failed, flagged), with the reason.
+    pub excluded: Vec<String>,
+    /// Engine version from the CSV preamble.
+    pub engine: Option<String>,
+}
+
+/// Everything the renderers need.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Results directory.
+    pub root: PathBuf,
+    /// Campaign name.
+    pub campaign: String,
+    /// Rows in run order of their first run.
+    pub rows: Vec<CellRow>,
+    /// Every record (run order).
+    pub records: Vec<RunRecord>,
+    /// Per-run statistics by record index (None = no usable CSV).
+    pub run_stats: Vec<Option<RunStats>>,
+    /// Baseline tag.
+    pub baseline: Option<String>,
+    /// Bootstrap settings.
+    pub boot: Boot,
+    /// Trim override.
+    pub trim: Option<usize>,
+}
+
+fn analysis_of(root: &Path) -> crate::sweep::manifest::AnalysisDef {
+    let path = root.join("manifest.toml");
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| crate::sweep::manifest::parse(&path, &t).ok())
+        .map(|(m, _)| m.analysis)
+        .unwrap_or_default()
+}
+
+/// Builds the report of a results directory.
+///
+/// # Errors
+/// The directory has no readable `results.jsonl`.
+pub fn build(
+    root: &Path,
+    baseline: Option<String>,
+    trim: Option<usize>,
+    resamples: Option<usize>,
+) -> Result<Report> {
+    let records = read_records(root)?;
+    if records.is_empty() {
+        return Err(Hinted::new(
+            format!("{} has no runs yet", root.display()),
+            "run `bmoe-bench sweep MANIFEST` first",
+        )
+        .into());
+    }
+    let analysis = analysis_of(root);
+    let boot = Boot {
+        resamples: resamples.unwrap_or(analysis.resamples),
+        level: analysis.ci,
+        seed: analysis.seed,
+    };
+    let baseline = baseline.or(analysis.baseline);
+    let run_stats: Vec<Option<RunStats>> = records
+        .iter()
+        .map(|r| {
+            if r.status != "ok" {
+                return None;
+            }
+            let t = trim.unwrap_or(r.discard_tokens as usize);
+            stats::run_stats(&root.join(&r.dir).join("metrics.csv"), t).ok()
+        })
+        .collect();
+    let engines: Vec<Option<String>> = records
+        .iter()
+        .map(|r| {
+            bmoe_telemetry::metrics::MetricsReader::open(root.join(&r.dir).join("metrics.csv"))
+                .ok()
+                .and_then(|m| m.run_info().engine.clone())
+        })
+        .collect();
+
+    // Cells in order of their first run.
+    let mut cells: IndexMap<(String, String), Vec<usize>> = IndexMap::new();
+    for (i, r) in records.iter().enumerate() {
+        cells
+            .entry((r.sweep.clone(), r.cell.clone()))
+            .or_default()
+            .push(i);
+    }
+    let mut rows = Vec::new();
+    for ((sweep, cell), idx) in &cells {
+        let first = &records[idx[0]];
+        let mut used: Vec<&RunStats> = Vec::new();
+        let mut excluded = Vec::new();
+        for &i in idx {
+            let r = &records[i];
+            let name = format!("{} ({})", r.rep, r.dir);
+            if r.warmup {
+                excluded.push(format!("{name}: warm-up"));
+            } else if r.status != "ok" {
+                excluded.push(format!("{name}: {}", r.status));
+            } else {
+                match &run_stats[i] {
+                    None => excluded.push(format!("{name}: unreadable metrics.csv")),
+                    Some(s) if s.tokens == 0 => {
+                        excluded.push(format!("{name}: no tokens after the trim"))
+                    }
+                    Some(s) => match &s.flag {
+                        Some(f) => excluded.push(format!("{name}: {f}")),
+                        None => used.push(s),
+                    },
+                }
+            }
+        }
+        rows.push(CellRow {
+            sweep: sweep.clone(),
+            model: first.model.clone(),
+            device: first.device.clone(),
+            cell: cell.clone(),
+            axes: first.axes.clone(),
+            stats: stats::aggregate(&used, boot),
+            vs_baseline: None,
+            excluded,
+            engine: idx.iter().find_map(|&i| engines[i].clone()),
+        });
+    }
+    // Baseline ratios within each (sweep, model).
+    if let Some(b) = &baseline {
+        let usable = |sweep: &str, cell: &str| -> Vec<&RunStats> {
+            records
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| {
+                    r.sweep == sweep && r.cell == cell && !r.warmup && r.status == "ok"
+                })
+                .filter_map(|(i, _)| run_stats[i].as_ref())
+                .filter(|s| s.flag.is_none() && s.tokens > 0)
+                .collect()
+        };
+        let found = rows.iter().any(|r| &r.cell == b);
+        if !found {
+            let tags: Vec<&str> = rows.iter().map(|r| r.cell.as_str()).collect();
+            return Err(Hinted::new(
+                format!("baseline cell `{b}` is not in these results"),
+                format!("cells: {}", tags.join(", ")),
+            )
+            .into());
+        }
+        for i in 0..rows.len() {
+            let Some(base) = rows
+                .iter()
+                .find(|r| &r.cell == b && r.sweep == rows[i].sweep)
+            else {
+                continue;
+            };
+            let base_runs = usable(&base.sweep, &base.cell);
+            let cell_runs = usable(&rows[i].sweep, &rows[i].cell);
+            rows[i].vs_baseline = stats::ratio(&cell_runs, &base_runs, boot);
+        }
+    }
+    Ok(Report {
+        root: root.to_path_buf(),
+        campaign: records[0].campaign.clone(),
+        rows,
+        records,
+        run_stats,
+        baseline,
+        boot,
+        trim,
+    })
+}
+
+/// Runs `bmoe-bench report`.
+///
+/// # Errors
+/// Unreadable results, unwritable outputs.
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let report = build(
+        &args.results,
+        args.baseline.clone(),
+        args.trim,
+        args.resamples,
+    )?;
+    let text = match args.format {
+        Format::Md => render::markdown(&report),
+        Format::Csv => render::csv(&report),
+        Format::Json => render::json(&report)?,
+        Format::Jsonl => render::jsonl(&report)?,
+    };
+    print!("{text}");
+    if let Some(dir) = &args.plots {
+        let files = plot::write_all(&report, dir, args.x.as_deref())?;
+        for f in files {
+            eprintln!("wrote {}", f.display());
+        }
+    }
+    if let Some(p) = &args.findings {
+        let path = if p.as_os_str().is_empty() {
+            args.results.join("findings.md")
+        } else {
+            p.clone()
+        };
+        crate::sweep::results::write_atomic(&path, findings::skeleton(&report).as_bytes())?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! Report renderers: markdown (one table per sweep × model × device), csv, json, jsonl.
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use indexmap::IndexMap;
+
+use super::{CellRow, Report};
+
+/// Three significant-ish digits for a rate or a time.
+pub fn num(x: f64) -> String {
+    if !x.is_finite() {
+        return "—".into();
+    }
+    let a = x.abs();
+    if a >= 100.0 {
+        format!("{x:.1}")
+    } else if a >= 10.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn range(r: Option<(f64, f64)>) -> String {
+    r.map_or("—".into(), |(a, b)| format!("{}–{}", num(a), num(b)))
+}
+
+fn groups(report: &Report) -> IndexMap<(String, String, String), Vec<&CellRow>> {
+    let mut g: IndexMap<(String, String, String), Vec<&CellRow>> = IndexMap::new();
+    for r in &report.rows {
+        g.entry((r.sweep.clone(), r.model.clone(), r.device.clone()))
+            .or_default()
+            .push(r);
+    }
+    g
+}
+
+/// The markdown report.
+pub fn markdown(report: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# {} — {}\n", report.campaign, report.root.display());
+    let base = report.baseline.as_deref();
+    for ((sweep, model, device), rows) in groups(report) {
+        let _ = writeln!(
+            s,
+            "## sweep `{sweep}` · model `{model}` · device `{device}`\n"
+        );
+        let mut head = String::from(
+            "| cell | runs | tok/s (mean ± sd) | 95% CI across runs | 95% CI within runs | flash MiB/tok | hit % | compute s/tok | io s/tok | stall s/tok | mgmt s/tok |",
+        );
+        let mut rule = String::from("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+        if let Some(b) = base {
+            let _ = write!(head, " vs `{b}` |");
+            rule.push_str("--:|");
+        }
+        let _ = writeln!(s, "{head}\n{rule}");
+        let mut excluded = Vec::new();
+        for r in rows {
+            let st = &r.stats;
+            let tps = if st.runs == 0 {
+                "—".to_string()
+            } else if st.runs == 1 {
+                num(st.tok_s)
+            } else {
+                format!("{} ± {}", num(st.tok_s), num(st.tok_s_sd))
+            };
+            let _ = write!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.cell,
+                st.runs,
+                tps,
+                range(st.reps_ci),
+                range(st.within_ci),
+                if st.runs == 0 {
+                    "—".into()
+                } else {
+                    num(st.flash_mib_tok)
+                },
+                st.hit_pct.map_or("—".into(), |h| format!("{h:.1}")),
+                if st.runs == 0 {
+                    "—".into()
+                } else {
+                    format!("{:.4}", st.compute_s_tok)
+                },
+                if st.runs == 0 {
+                    "—".into()
+                } else {
+                    format!("{:.4}", st.io_s_tok)
+                },
+                if st.runs == 0 {
+                    "—".into()
+                } else {
+                    format!("{:.4}", st.stall_s_tok)
+                },
+                if st.runs == 0 {
+                    "—".into()
+                } else {
+                    format!("{:.4}", st.mgmt_s_tok)
+                },
+            );
+            if base.is_some() {
+                let v = r.vs_baseline.as_ref().map_or("—".into(), |x| {
+                    format!(
+                        "{:.3}× [{:.3}, {:.3}]{}",
+                        x.ratio,
+                        x.low,
+                        x.high,
+                        if x.method == "tokens" { "ᵗ" } else { "" }
+                    )
+                });
+                let _ = write!(s, " {v} |");
+            }
+            s.push('\n');
+            for e in &r.excluded {
+                excluded.push(format!("{}: {e}", r.cell));
+            }
+        }
+        s.push('\n');
+        if !excluded.is_empty() {
+            let _ = writeln!(s, "Not averaged: {}.\n", excluded.join("; "));
+        }
+    }
+    let trims: std::collections::BTreeSet<usize> = match report.trim {
+        Some(t) => [t].into(),
+        None => report
+            .records
+            .iter()
+            .map(|r| r.discard_tokens as usize)
+            .collect(),
+    };
+    let trim = trims
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("/");
+    let _ = writeln!(
+        s,
+        "tok/s = tokens / Σ decode wall per run (first {trim} token(s) trimmed), averaged over runs; sd = sample standard deviation across runs. \
+CI across runs: Student t over the per-run tok/s (needs ≥ 2 runs). CI within runs: percentile bootstrap of the mean wall_ms over \
+every token of the cell's runs ({} resamples, seed {}); tokens are autocorrelated, so it is narrower than the truth.{}\n",
+        report.boot.resamples,
+        report.boot.seed,
+        if base.is_some() {
+            " Ratios: tok/s over the baseline's, bootstrap CI over runs; ᵗ = over tokens (fewer than 2 runs on a side)."
+        } else {
+            ""
+        }
+    );
+    s
+}
+
+fn csv_field(v: &str) -> String {
+    if v.contains([',', '"', '\n']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v.to_string()
+    }
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or(String::new(), |v| format!("{v}"))
+}
+
+/// One CSV row per cell.
+pub fn csv(report: &Report) -> String {
+    let mut s = String::from(
+        "sweep,model,device,cell,axes,runs,avg_ts,stddev_ts,ci_reps_lo,ci_reps_hi,ci_tokens_lo,ci_tokens_hi,flash_mib_tok,hit_pct,compute_s_tok,io_s_tok,stall_s_tok,mgmt_s_tok,tokens,ratio,ratio_lo,ratio_hi,ratio_method,excluded,engine\n",
+    );
+    for r in &report.rows {
+        let st = &r.stats;
+        let axes: Vec<String> = r.axes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let fields = [
+            r.sweep.clone(),
+            r.model.clone(),
+            r.device.clone(),
+            r.cell.clone(),
+            axes.join(";"),
+            st.runs.to_string(),
+            format!("{}", st.tok_s),
+            format!("{}", st.tok_s_sd),
+            opt(st.reps_ci.map(|c| c.0)),
+            opt(st.reps_ci.map(|c| c.1)),
+            opt(st.within_ci.map(|c| c.0)),
+            opt(st.within_ci.map(|c| c.1)),
+            format!("{}", st.flash_mib_tok),
+            opt(st.hit_pct),
+            format!("{}", st.compute_s_tok),
+            format!("{}", st.io_s_tok),
+            format!("{}", st.stall_s_tok),
+            format!("{}", st.mgmt_s_tok),
+            format!("{}", st.tokens),
+            opt(r.vs_baseline.as_ref().map(|x| x.ratio)),
+            opt(r.vs_baseline.as_ref().map(|x| x.low)),
+            opt(r.vs_baseline.as_ref().map(|x| x.high)),
+            r.vs_baseline
+                .as_ref()
+                .map_or(String::new(), |x| x.method.to_string()),
+            r.excluded.len().to_string(),
+            r.engine.clone().unwrap_or_default(),
+        ];
+        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
+        s.push_str(&line.join(","));
+        s.push('\n');
+    }
+    s
+}
+
+/// A JSON array of cells.
+///
+/// # Errors
+/// Serialisation failure (non-finite numbers are written as null).
+pub fn json(report: &Report) -> Result<String> {
+    Ok(format!("{}\n", serde_json::to_string_pretty(&report.rows)?))
+}
+
+/// One JSON object per cell per line.
+///
+/// # Errors
+/// Serialisation failure.
+pub fn jsonl(report: &Report) -> Result<String> {
+    let mut s = String::new();
+    for r in &report.rows {
+        s.push_str(&serde_json::to_string(r)?);
+        s.push('\n');
+    }
+    Ok(s)
+}

@@ -1,0 +1,296 @@
+//! Per-run statistics from a metrics CSV and per-cell aggregation across repetitions.
+//!
+//! Definitions (design.md "Statistics"): a run's tok/s = tokens / Σ decode `wall_ms` after the
+//! warm-up trim; its within-run interval is the percentile bootstrap of the mean `wall_ms`
+//! (bmoe-stats, fixed seed) turned into tok/s (`1000 / mean`, endpoints swapped). Across
+//! repetitions: the mean of per-run tok/s (llama-bench's `avg_ts`) ± a Student-t interval.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use bmoe_stats::{BootstrapCi, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, mean};
+use bmoe_telemetry::metrics::MetricsReader;
+use serde::Serialize;
+
+/// Bootstrap settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Boot {
+    /// Resamples.
+    pub resamples: usize,
+    /// Confidence level.
+    pub level: f64,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// One run's numbers.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunStats {
+    /// Token rows used (after the trim).
+    pub tokens: usize,
+    /// Rows trimmed from the start.
+    pub trimmed: usize,
+    /// tokens / Σ wall.
+    pub tok_s: f64,
+    /// Per-token wall times used, ms.
+    #[serde(skip)]
+    pub wall_ms: Vec<f64>,
+    /// Flash MiB per token.
+    pub flash_mib_tok: f64,
+    /// Cache hit %, from the trailer (else the last row); `None` = no cache.
+    pub hit_pct: Option<f64>,
+    /// Mean compute s/token.
+    pub compute_s_tok: f64,
+    /// Mean io s/token.
+    pub io_s_tok: f64,
+    /// Mean stall s/token.
+    pub stall_s_tok: f64,
+    /// Mean cache-management s/token.
+    pub mgmt_s_tok: f64,
+    /// Why the run is not a benchmark run (traced, probed, stochastic, speculative).
+    pub flag: Option<String>,
+}
+
+/// Reads one run's CSV.
+///
+/// # Errors
+/// The CSV cannot be read or has a malformed row.
+pub fn run_stats(csv: &Path, trim: usize) -> Result<RunStats> {
+    let mut r =
+        MetricsReader::open(csv).with_context(|| format!("cannot read {}", csv.display()))?;
+    let mut rows = Vec::new();
+    for row in r.by_ref() {
+        rows.push(row.with_context(|| format!("malformed row in {}", csv.display()))?);
+    }
+    let info = r.run_info().clone();
+    let trailer_hit = r
+        .summaries()
+        .last()
+        .and_then(|s| s.get_f64("cache_hit_pct"));
+    let trimmed = trim.min(rows.len());
+    let used = &rows[trimmed..];
+    let n = used.len();
+    let wall: Vec<f64> = used.iter().map(|x| x.wall_ms.unwrap_or(0.0)).collect();
+    let total_wall: f64 = wall.iter().sum();
+    let per = |f: fn(&bmoe_telemetry::metrics::TokenRow) -> Option<f64>| {
+        if n == 0 {
+            0.0
+        } else {
+            used.iter().map(|x| f(x).unwrap_or(0.0)).sum::<f64>() / n as f64 / 1000.0
+        }
+    };
+    let read: f64 = used.iter().map(|x| x.read_bytes.unwrap_or(0) as f64).sum();
+    let hit = trailer_hit
+        .or_else(|| rows.last().and_then(|x| x.cache_hit_pct))
+        .filter(|h| *h >= 0.0);
+    let mut flags = Vec::new();
+    if info.is_instrumented() {
+        flags.push("instrumented (predict_log/prefetch_sync/compute_trace_layers)");
+    }
+    if info.is_stochastic() {
+        flags.push("stochastic (temp>0)");
+    }
+    if info.spec.as_deref().is_some_and(|s| s != "off") {
+        flags.push("speculative (spec != off)");
+    }
+    Ok(RunStats {
+        tokens: n,
+        trimmed,
+        tok_s: if total_wall > 0.0 {
+            n as f64 / (total_wall / 1000.0)
+        } else {
+            0.0
+        },
+        wall_ms: wall,
+        flash_mib_tok: if n == 0 {
+            0.0
+        } else {
+            read / n as f64 / (1024.0 * 1024.0)
+        },
+        hit_pct: hit,
+        compute_s_tok: per(|x| x.compute_ms),
+        io_s_tok: per(|x| x.io_ms),
+        stall_s_tok: per(|x| x.stall_ms),
+        mgmt_s_tok: per(|x| x.mgmt_ms),
+        flag: (!flags.is_empty()).then(|| flags.join(", ")),
+    })
+}
+
+/// A tok/s interval from a bootstrap of mean ms/token (endpoints swap under 1000/x).
+pub fn tok_s_from_wall_ci(ci: BootstrapCi) -> Option<(f64, f64)> {
+    (ci.low > 0.0 && ci.high > 0.0).then(|| (1000.0 / ci.high, 1000.0 / ci.low))
+}
+
+/// Two-sided 95 % Student-t quantile for `df` degrees of freedom.
+pub fn t975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => T[df - 1],
+        // Beyond the table: 1.96 + 2.4/df is within 0.002 of the exact quantile.
+        _ => 1.96 + 2.4 / df as f64,
+    }
+}
+
+/// Sample standard deviation (n − 1).
+pub fn stddev(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+/// A cell's aggregate over its (benchmark) runs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CellStats {
+    /// Runs aggregated.
+    pub runs: usize,
+    /// Per-run tok/s (the samples).
+    pub samples_ts: Vec<f64>,
+    /// Mean of per-run tok/s.
+    pub tok_s: f64,
+    /// Sample standard deviation of per-run tok/s.
+    pub tok_s_sd: f64,
+    /// 95 % Student-t interval across repetitions (needs ≥ 2 runs).
+    pub reps_ci: Option<(f64, f64)>,
+    /// Bootstrap interval of tok/s over the tokens of every run (pooled), i.e. within-run.
+    pub within_ci: Option<(f64, f64)>,
+    /// Mean flash MiB/token.
+    pub flash_mib_tok: f64,
+    /// Mean cache hit %.
+    pub hit_pct: Option<f64>,
+    /// Mean compute s/token.
+    pub compute_s_tok: f64,
+    /// Mean io s/token.
+    pub io_s_tok: f64,
+    /// Mean stall s/token.
+    pub stall_s_tok: f64,
+    /// Mean management s/token.
+    pub mgmt_s_tok: f64,
+    /// Tokens per run (mean, after trim).
+    pub tokens: f64,
+}
+
+/// Aggregates runs of one cell.
+pub fn aggregate(runs: &[&RunStats], boot: Boot) -> CellStats {
+    let samples: Vec<f64> = runs.iter().map(|r| r.tok_s).collect();
+    let n = samples.len();
+    let m = mean(&samples);
+    let sd = stddev(&samples);
+    let reps_ci = (n >= 2).then(|| {
+        let h = t975(n - 1) * sd / (n as f64).sqrt();
+        (m - h, m + h)
+    });
+    let pooled: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.wall_ms.iter().copied())
+        .collect();
+    let within_ci = bootstrap_mean_ci(&pooled, boot.resamples, boot.level, boot.seed)
+        .and_then(tok_s_from_wall_ci);
+    let avg = |f: fn(&RunStats) -> f64| mean(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
+    let hits: Vec<f64> = runs.iter().filter_map(|r| r.hit_pct).collect();
+    CellStats {
+        runs: n,
+        samples_ts: samples,
+        tok_s: m,
+        tok_s_sd: sd,
+        reps_ci,
+        within_ci,
+        flash_mib_tok: avg(|r| r.flash_mib_tok),
+        hit_pct: (!hits.is_empty()).then(|| mean(&hits)),
+        compute_s_tok: avg(|r| r.compute_s_tok),
+        io_s_tok: avg(|r| r.io_s_tok),
+        stall_s_tok: avg(|r| r.stall_s_tok),
+        mgmt_s_tok: avg(|r| r.mgmt_s_tok),
+        tokens: avg(|r| r.tokens as f64),
+    }
+}
+
+/// A ratio against the baseline with its interval and the method used.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    /// tok/s(cell) / tok/s(baseline).
+    pub ratio: f64,
+    /// Interval low.
+    pub low: f64,
+    /// Interval high.
+    pub high: f64,
+    /// `repetitions` (bootstrap over per-run tok/s) or `tokens` (bootstrap over per-token wall).
+    pub method: &'static str,
+}
+
+/// tok/s ratio of `cell` over `base`: across repetitions when both have ≥ 2 runs, else over
+/// tokens (mean wall of the baseline / mean wall of the cell).
+pub fn ratio(cell: &[&RunStats], base: &[&RunStats], boot: Boot) -> Option<Ratio> {
+    if cell.len() >= 2 && base.len() >= 2 {
+        let a: Vec<f64> = cell.iter().map(|r| r.tok_s).collect();
+        let b: Vec<f64> = base.iter().map(|r| r.tok_s).collect();
+        let ci = bootstrap_ratio_of_means_ci(&a, &b, boot.resamples, boot.level, boot.seed)?;
+        return Some(Ratio {
+            ratio: ci.estimate,
+            low: ci.low,
+            high: ci.high,
+            method: "repetitions",
+        });
+    }
+    let a: Vec<f64> = base
+        .iter()
+        .flat_map(|r| r.wall_ms.iter().copied())
+        .collect();
+    let b: Vec<f64> = cell
+        .iter()
+        .flat_map(|r| r.wall_ms.iter().copied())
+        .collect();
+    let ci = bootstrap_ratio_of_means_ci(&a, &b, boot.resamples, boot.level, boot.seed)?;
+    Some(Ratio {
+        ratio: ci.estimate,
+        low: ci.low,
+        high: ci.high,
+        method: "tokens",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn t_table_and_sd() {
+        assert_eq!(t975(1), 12.706);
+        assert_eq!(t975(30), 2.042);
+        assert!((t975(40) - 2.021).abs() < 0.002);
+        assert!((stddev(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) - 2.138_089_935).abs() < 1e-6);
+    }
+
+    #[test]
+    fn aggregate_two_runs() {
+        let r1 = RunStats {
+            tokens: 2,
+            tok_s: 10.0,
+            wall_ms: vec![100.0, 100.0],
+            ..RunStats::default()
+        };
+        let r2 = RunStats {
+            tokens: 2,
+            tok_s: 5.0,
+            wall_ms: vec![200.0, 200.0],
+            ..RunStats::default()
+        };
+        let boot = Boot {
+            resamples: 500,
+            level: 0.95,
+            seed: 1,
+        };
+        let c = aggregate(&[&r1, &r2], boot);
+        assert_eq!(c.tok_s, 7.5);
+        let h = 12.706 * c.tok_s_sd / 2f64.sqrt();
+        assert_eq!(c.reps_ci, Some((7.5 - h, 7.5 + h)));
+        let (lo, hi) = c.within_ci.expect("ci");
+        assert!(lo >= 5.0 && hi <= 10.0 && lo < hi);
+    }
+}

@@ -1,0 +1,197 @@
+//! `bmoe-bench sweep MANIFEST.toml`: manifest-driven benchmark grids across devices.
+//!
+//! [`manifest`] parses (errors name the line), [`expand`] turns the manifest into cells and an
+//! ordered run list, [`runner`] executes it on [`device`]s with [`cgroup`] caps and [`state`]
+//! probes, and [`results`] owns the on-disk layout, atomic commits and resume.
+
+pub mod cgroup;
+pub mod device;
+pub mod expand;
+pub mod manifest;
+pub mod progress;
+pub mod results;
+pub mod runner;
+pub mod state;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+/// An error with a `hint:` line (what to do about it).
+#[derive(Debug, Clone)]
+pub struct Hinted {
+    /// What failed.
+    pub message: String,
+    /// What to do.
+    pub hint: String,
+}
+
+impl Hinted {
+    /// A new hinted error.
+    pub fn new(message: impl Into<String>, hint: impl Into<String>) -> Hinted {
+        Hinted {
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+}
+
+impl fmt::Display for Hinted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Hinted {}
+
+/// The `hint:` for errors of the sweep and report commands.
+pub fn hint_for(err: &anyhow::Error) -> Option<String> {
+    for e in err.chain() {
+        if let Some(h) = e.downcast_ref::<Hinted>() {
+            return Some(h.hint.clone());
+        }
+        if let Some(m) = e.downcast_ref::<manifest::ManifestError>() {
+            return m.hint.clone();
+        }
+    }
+    None
+}
+
+/// Options of `bmoe-bench sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// The manifest (TOML; see docs/sweeps.md).
+    pub manifest: PathBuf,
+    /// Results directory [default: results/<manifest name>].
+    #[arg(short, long)]
+    pub out: Option<PathBuf>,
+    /// Continue an interrupted sweep: skip runs that already completed.
+    #[arg(long)]
+    pub resume: bool,
+    /// Continue results that were started from a different version of the manifest.
+    #[arg(long)]
+    pub force: bool,
+    /// Only validate the manifest and print what it expands to; run nothing.
+    #[arg(long)]
+    pub check: bool,
+    /// Print every run's command in order (stdout) and run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Loads and expands a manifest.
+///
+/// # Errors
+/// I/O errors and [`manifest::ManifestError`]s (with line and column).
+pub fn load(path: &std::path::Path) -> Result<(expand::Plan, String)> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        anyhow::Error::from(Hinted::new(
+            format!("cannot read manifest {}: {e}", path.display()),
+            "check the path; examples/sweeps/*.toml are runnable examples",
+        ))
+    })?;
+    let (m, src) = manifest::parse(path, &text)?;
+    let plan = expand::expand(&m, &src)?;
+    Ok((plan, text))
+}
+
+/// Runs `bmoe-bench sweep`.
+///
+/// # Errors
+/// Manifest, setup and I/O errors; also when runs failed (after all ran).
+pub fn run(args: &SweepArgs) -> Result<()> {
+    let (plan, text) = load(&args.manifest)?;
+    if args.check || args.dry_run {
+        let warm = plan.runs.iter().filter(|r| r.warmup).count();
+        println!(
+            "{}: ok — {} sweep(s), {} device(s), {} cell(s), {} run(s) ({} warm-up)",
+            args.manifest.display(),
+            plan.cells
+                .iter()
+                .map(|c| c.sweep.as_str())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            plan.devices.len(),
+            plan.cells.len(),
+            plan.runs.len(),
+            warm
+        );
+        if args.dry_run {
+            for (i, r) in plan.runs.iter().enumerate() {
+                let c = &plan.cells[r.cell];
+                let mut words = vec![c.binary.clone(), "-m".into(), format!("<{}>", c.model)];
+                words.extend(c.args.iter().cloned());
+                let mem = c
+                    .mem_limit
+                    .map_or(String::new(), |b| format!(" [mem_limit {} MiB]", b >> 20));
+                println!(
+                    "{:>4} {} {}/{}/{}{mem}: {}",
+                    i + 1,
+                    c.device,
+                    c.sweep,
+                    c.tag,
+                    r.rep,
+                    device::shell_join(&words)
+                );
+            }
+        }
+        return Ok(());
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let stop = AtomicBool::new(false);
+    let t0 = Instant::now();
+    let opts = runner::RunOptions {
+        out: out.clone(),
+        resume: args.resume,
+        force: args.force,
+    };
+    let outcome = runner::run(&plan, &text, &opts, &stop).context("sweep failed")?;
+    let ok = outcome.by_status.get("ok").copied().unwrap_or(0);
+    let bad: usize = outcome
+        .by_status
+        .iter()
+        .filter(|(k, _)| k.as_str() != "ok")
+        .map(|(_, v)| v)
+        .sum();
+    let detail: Vec<String> = outcome
+        .by_status
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect();
+    eprintln!(
+        "done in {:.1} s: {}{} -> {}",
+        t0.elapsed().as_secs_f64(),
+        if detail.is_empty() {
+            "nothing to run".into()
+        } else {
+            detail.join(", ")
+        },
+        if outcome.resumed > 0 {
+            format!(" ({} already complete)", outcome.resumed)
+        } else {
+            String::new()
+        },
+        out.display()
+    );
+    for d in &outcome.lost_devices {
+        eprintln!(
+            "warning: device `{d}` dropped out; its remaining runs are marked device-lost (rerun with --resume)"
+        );
+    }
+    if bad > 0 {
+        return Err(Hinted::new(
+            format!("{bad} of {} run(s) did not succeed", ok + bad),
+            format!("see `status`/`error` in {}/results.jsonl and each run's stderr.txt; `--resume` retries runs that left no result", out.display()),
+        )
+        .into());
+    }
+    eprintln!("next: bmoe-bench report {}", out.display());
+    Ok(())
+}

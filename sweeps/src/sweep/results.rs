@@ -1,0 +1,453 @@
+//! The results directory: layout, atomic writes, the `results.jsonl` log and resume.
+//!
+//! ```text
+//! <out>/manifest.toml        copy of the manifest the results were started with
+//! <out>/manifest.sha256      its digest (a changed manifest is refused unless --force)
+//! <out>/plan.json            every cell's resolved command
+//! <out>/results.jsonl        one line per run, appended as each run ends
+//! <out>/<sweep>/<cell>/<rep>/{metrics.csv,stdout.txt,stderr.txt,argv.json,state.json,run.json}
+//! ```
+//!
+//! A run is written into `<cell>/.<rep>.tmp/` and renamed to `<cell>/<rep>/` once `run.json`
+//! is in it, so a directory named like a run is always complete: `kill -9` loses at most the
+//! run in flight, whose temporary directory the next `--resume` removes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{Context, Result, bail};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::Hinted;
+use super::cgroup::CgroupStats;
+use super::state::DeviceState;
+
+/// One run's record: a `results.jsonl` line and the run's `run.json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Campaign (manifest `name`).
+    pub campaign: String,
+    /// Sweep block.
+    pub sweep: String,
+    /// Cell tag.
+    pub cell: String,
+    /// `r1`, `r2`, ... or `w1`, ... for warm-ups.
+    pub rep: String,
+    /// Untimed warm-up (never averaged).
+    pub warmup: bool,
+    /// Repetition pass (0 for warm-ups).
+    pub pass: u32,
+    /// Position in the campaign's run order (0-based).
+    pub position: usize,
+    /// Device id.
+    pub device: String,
+    /// `local`, `ssh`, `adb`.
+    pub device_kind: String,
+    /// Host or serial.
+    pub address: String,
+    /// Model id.
+    pub model: String,
+    /// Model path on the device.
+    pub model_path: String,
+    /// Engine binary (local path).
+    pub binary: String,
+    /// SHA-256 of the binary.
+    pub binary_sha256: Option<String>,
+    /// The resolved argv as executed on the device.
+    pub argv: Vec<String>,
+    /// Extra environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Axis -> value.
+    pub axes: IndexMap<String, String>,
+    /// `ok`, `failed` (non-zero exit), `timeout`, `skipped` (cooldown gate), `device-lost`.
+    pub status: String,
+    /// Exit code (`None` = killed by a signal or never started).
+    pub exit_code: Option<i32>,
+    /// Killed by the per-run timeout.
+    pub timed_out: bool,
+    /// Why the run failed, when it did.
+    pub error: Option<String>,
+    /// Start, seconds since the Unix epoch.
+    pub started_unix: f64,
+    /// Wall time of the engine process, seconds.
+    pub duration_s: f64,
+    /// Wall time spent by bmoe-bench around the engine (state probes, cgroup, copies), seconds.
+    pub overhead_s: f64,
+    /// Cooldown waited before the run, seconds.
+    pub cooldown_waited_s: f64,
+    /// Whether the condition gate opened (`None` = no gate).
+    pub gate_met: Option<bool>,
+    /// Conditions still unmet when the gate gave up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate_unmet: Vec<String>,
+    /// Device state before the run.
+    pub state_before: Option<DeviceState>,
+    /// Device state after the run.
+    pub state_after: Option<DeviceState>,
+    /// Memory cgroup of a capped run.
+    pub cgroup: Option<CgroupStats>,
+    /// Tokens the report trims from the start.
+    pub discard_tokens: u32,
+    /// Session-mode run.
+    pub session: bool,
+    /// Token rows in the CSV.
+    pub tokens: Option<u64>,
+    /// Decode tok/s over the CSV rows (tokens / Σ wall), for the progress line; the report
+    /// recomputes everything from the CSV.
+    pub tok_s: Option<f64>,
+    /// Run directory relative to the results root.
+    pub dir: String,
+}
+
+impl RunRecord {
+    /// The key that identifies a run across resumes.
+    pub fn key(&self) -> (String, String, String) {
+        (self.sweep.clone(), self.cell.clone(), self.rep.clone())
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temporary file in the same directory, then rename).
+///
+/// # Errors
+/// I/O errors, with the path.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    {
+        let mut f =
+            File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.write_all(bytes)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.sync_all().ok();
+    }
+    fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+}
+
+/// SHA-256 of a file as lowercase hex.
+///
+/// # Errors
+/// I/O errors, with the path.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut f, &mut buf)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// SHA-256 of bytes as lowercase hex.
+pub fn sha256_bytes(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// An open results directory.
+#[derive(Debug)]
+pub struct ResultsDir {
+    /// The root.
+    pub root: PathBuf,
+    jsonl: Mutex<File>,
+    done: BTreeSet<(String, String, String)>,
+}
+
+impl ResultsDir {
+    /// Opens (or creates) `root` for the manifest `text`.
+    ///
+    /// Refuses a directory holding results unless `resume`, and one started from a different
+    /// manifest unless `force`. On resume: removes half-written run directories and re-appends
+    /// `results.jsonl` lines lost between a run's rename and its log append.
+    ///
+    /// # Errors
+    /// The refusals above (with a hint), and I/O errors.
+    pub fn open(root: &Path, text: &str, resume: bool, force: bool) -> Result<ResultsDir> {
+        fs::create_dir_all(root).with_context(|| format!("cannot create {}", root.display()))?;
+        let digest = sha256_bytes(text.as_bytes());
+        let digest_path = root.join("manifest.sha256");
+        let jsonl_path = root.join("results.jsonl");
+        let has_results = jsonl_path.metadata().is_ok_and(|m| m.len() > 0);
+        if let Ok(old) = fs::read_to_string(&digest_path) {
+            if old.trim() != digest && !force {
+                return Err(Hinted::new(
+                    format!("the manifest changed since the results in {} were started", root.display()),
+                    "pass --force to continue these results with the new manifest, or -o DIR to start a new results directory",
+                ).into());
+            }
+            if has_results && !resume && !force {
+                return Err(Hinted::new(
+                    format!("{} already holds results", root.display()),
+                    "pass --resume to run only what is missing, or -o DIR for a fresh directory",
+                )
+                .into());
+            }
+        } else if has_results && !force {
+            bail!(
+                "{} holds results.jsonl but no manifest.sha256: not a bmoe-bench results directory",
+                root.display()
+            );
+        }
+        write_atomic(&root.join("manifest.toml"), text.as_bytes())?;
+        write_atomic(&digest_path, format!("{digest}\n").as_bytes())?;
+
+        // Existing log: keep well-formed lines, drop a torn last line.
+        let mut logged: BTreeSet<(String, String, String)> = BTreeSet::new();
+        let mut kept = String::new();
+        let mut torn = false;
+        if let Ok(f) = File::open(&jsonl_path) {
+            for line in BufReader::new(f).lines() {
+                let line = line.with_context(|| format!("cannot read {}", jsonl_path.display()))?;
+                match serde_json::from_str::<RunRecord>(&line) {
+                    Ok(r) => {
+                        logged.insert(r.key());
+                        kept.push_str(&line);
+                        kept.push('\n');
+                    }
+                    Err(_) => torn = true,
+                }
+            }
+        }
+        // Completed runs on disk; half-written ones removed.
+        let mut done = BTreeSet::new();
+        let mut missing = Vec::new();
+        for sweep in read_dirs(root)? {
+            for cell in read_dirs(&sweep)? {
+                for rep in read_dirs_all(&cell)? {
+                    let name = rep
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    if name.starts_with('.') && name.ends_with(".tmp") {
+                        fs::remove_dir_all(&rep).ok();
+                        continue;
+                    }
+                    let Ok(text) = fs::read_to_string(rep.join("run.json")) else {
+                        continue;
+                    };
+                    let Ok(rec) = serde_json::from_str::<RunRecord>(&text) else {
+                        continue;
+                    };
+                    if !logged.contains(&rec.key()) {
+                        missing.push(rec.clone());
+                    }
+                    done.insert(rec.key());
+                }
+            }
+        }
+        if torn || !missing.is_empty() {
+            missing.sort_by_key(|r| r.position);
+            for r in &missing {
+                kept.push_str(&serde_json::to_string(r)?);
+                kept.push('\n');
+            }
+            write_atomic(&jsonl_path, kept.as_bytes())?;
+        }
+        let jsonl = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&jsonl_path)
+            .with_context(|| format!("cannot open {}", jsonl_path.display()))?;
+        Ok(ResultsDir {
+            root: root.to_path_buf(),
+            jsonl: Mutex::new(jsonl),
+            done,
+        })
+    }
+
+    /// Whether the run already completed (resume skips it).
+    pub fn is_done(&self, sweep: &str, cell: &str, rep: &str) -> bool {
+        self.done
+            .contains(&(sweep.to_string(), cell.to_string(), rep.to_string()))
+    }
+
+    /// The final directory of a run.
+    pub fn run_dir(&self, sweep: &str, cell: &str, rep: &str) -> PathBuf {
+        self.root.join(sweep).join(cell).join(rep)
+    }
+
+    /// The temporary directory a run is written into (emptied first).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn fresh_tmp_dir(&self, sweep: &str, cell: &str, rep: &str) -> Result<PathBuf> {
+        let d = self.root.join(sweep).join(cell).join(format!(".{rep}.tmp"));
+        if d.exists() {
+            fs::remove_dir_all(&d).with_context(|| format!("cannot clear {}", d.display()))?;
+        }
+        fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
+        Ok(d)
+    }
+
+    /// Finishes a run: writes `run.json` into `tmp`, renames it to the run's directory, then
+    /// appends the log line.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn commit(&self, tmp: &Path, rec: &RunRecord) -> Result<()> {
+        let json = serde_json::to_string_pretty(rec)?;
+        write_atomic(&tmp.join("run.json"), json.as_bytes())?;
+        let dest = self.run_dir(&rec.sweep, &rec.cell, &rec.rep);
+        if dest.exists() {
+            fs::remove_dir_all(&dest)
+                .with_context(|| format!("cannot replace {}", dest.display()))?;
+        }
+        fs::rename(tmp, &dest)
+            .with_context(|| format!("cannot rename {} to {}", tmp.display(), dest.display()))?;
+        self.log(rec)
+    }
+
+    /// Appends a record to `results.jsonl` (one write, flushed).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn log(&self, rec: &RunRecord) -> Result<()> {
+        let mut line = serde_json::to_string(rec)?;
+        line.push('\n');
+        let mut f = self
+            .jsonl
+            .lock()
+            .map_err(|_| anyhow::anyhow!("results log lock poisoned"))?;
+        f.write_all(line.as_bytes())
+            .context("cannot append to results.jsonl")?;
+        f.flush().context("cannot append to results.jsonl")?;
+        Ok(())
+    }
+}
+
+fn read_dirs_all(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Ok(out);
+    };
+    for e in rd {
+        let e = e.with_context(|| format!("cannot list {}", dir.display()))?;
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.push(e.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(read_dirs_all(dir)?
+        .into_iter()
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect())
+}
+
+/// Reads every record of a results directory: the last line per run wins.
+///
+/// # Errors
+/// The directory has no `results.jsonl`.
+pub fn read_records(root: &Path) -> Result<Vec<RunRecord>> {
+    let path = root.join("results.jsonl");
+    let f = File::open(&path).map_err(|e| {
+        anyhow::Error::from(Hinted::new(
+            format!("cannot read {}: {e}", path.display()),
+            "give the directory `bmoe-bench sweep` wrote (default results/<name>)",
+        ))
+    })?;
+    let mut by_key: IndexMap<(String, String, String), RunRecord> = IndexMap::new();
+    for line in BufReader::new(f).lines() {
+        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+        if let Ok(r) = serde_json::from_str::<RunRecord>(&line) {
+            by_key.shift_remove(&r.key());
+            by_key.insert(r.key(), r);
+        }
+    }
+    let mut v: Vec<RunRecord> = by_key.into_values().collect();
+    v.sort_by_key(|r| r.position);
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_and_resume_reconcile() {
+        let t = tempfile::tempdir().expect("tmp");
+        let root = t.path().join("res");
+        let rd = ResultsDir::open(&root, "a", false, false).expect("fresh");
+        let tmp = rd.fresh_tmp_dir("s", "c", "r1").expect("tmp");
+        let rec = RunRecord {
+            sweep: "s".into(),
+            cell: "c".into(),
+            rep: "r1".into(),
+            status: "ok".into(),
+            ..RunRecord::default()
+        };
+        rd.commit(&tmp, &rec).expect("commit");
+        // A committed run whose log line was lost, and a half-written one.
+        let tmp2 = rd.fresh_tmp_dir("s", "c", "r2").expect("tmp");
+        let rec2 = RunRecord {
+            rep: "r2".into(),
+            position: 1,
+            ..rec.clone()
+        };
+        write_atomic(
+            &tmp2.join("run.json"),
+            serde_json::to_string(&rec2).expect("json").as_bytes(),
+        )
+        .expect("w");
+        fs::rename(&tmp2, rd.run_dir("s", "c", "r2")).expect("mv");
+        rd.fresh_tmp_dir("s", "c", "r3").expect("tmp");
+        // A torn last log line.
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(root.join("results.jsonl"))
+            .expect("open");
+        f.write_all(b"{\"campaign\":\"x\",\"swe").expect("w");
+        drop(f);
+        drop(rd);
+
+        let e = ResultsDir::open(&root, "a", false, false).expect_err("exists");
+        assert!(e.to_string().contains("already holds results"), "{e}");
+        let e = ResultsDir::open(&root, "b", true, false).expect_err("changed");
+        assert!(e.to_string().contains("manifest changed"), "{e}");
+
+        let rd = ResultsDir::open(&root, "a", true, false).expect("resume");
+        assert!(rd.is_done("s", "c", "r1") && rd.is_done("s", "c", "r2"));
+        assert!(!rd.is_done("s", "c", "r3"));
+        assert!(!root.join("s/c/.r3.tmp").exists());
+        let recs = read_records(&root).expect("read");
+        assert_eq!(
+            recs.iter().map(|r| r.rep.as_str()).collect::<Vec<_>>(),
+            ["r1", "r2"]
+        );
+        let log = fs::read_to_string(root.join("results.jsonl")).expect("log");
+        assert_eq!(log.lines().count(), 2, "torn line dropped: {log}");
+        assert!(
+            ResultsDir::open(&root, "b", true, true).is_ok(),
+            "--force accepts a changed manifest"
+        );
+    }
+}

@@ -1,0 +1,856 @@
+//! Executes a [`Plan`]: devices in parallel, each device's runs in plan order; binaries and
+//! models staged once per remote device; every run's artifacts committed atomically.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use bmoe_telemetry::metrics::MetricsReader;
+
+use super::Hinted;
+use super::cgroup::{self, CgroupStats};
+use super::device::{Device, run_command_line, shell_quote};
+use super::expand::{Cell, ModelSource, Plan, PlannedRun};
+use super::progress::Progress;
+use super::results::{ResultsDir, RunRecord, sha256_file, write_atomic};
+use super::state::{DeviceState, PROBE};
+
+/// Runner options.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Results directory.
+    pub out: PathBuf,
+    /// Skip completed runs.
+    pub resume: bool,
+    /// Accept a changed manifest.
+    pub force: bool,
+}
+
+/// What a sweep did.
+#[derive(Debug, Default, Clone)]
+pub struct Outcome {
+    /// Runs executed this time, by status.
+    pub by_status: BTreeMap<String, usize>,
+    /// Runs skipped because they were complete.
+    pub resumed: usize,
+    /// Devices that dropped out.
+    pub lost_devices: Vec<String>,
+}
+
+/// Resolves a binary: a path (must exist), or a bare name looked up in `$BMOE_CLI` (for the
+/// default `bmoe-cli`), next to this executable, then on `PATH`.
+///
+/// # Errors
+/// Not found, with a hint on how to build it.
+pub fn resolve_binary(name: &str) -> Result<PathBuf> {
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        if p.is_file() {
+            // Runs execute in their own directory: the path must not depend on ours.
+            return Ok(p.canonicalize().unwrap_or(p));
+        }
+        return Err(Hinted::new(
+            format!("engine binary {} does not exist", p.display()),
+            "build it (`cargo build --release -p bmoe-engine --bin bmoe-cli`) or fix `binary` in the manifest",
+        )
+        .into());
+    }
+    if name == "bmoe-cli"
+        && let Some(p) = std::env::var_os("BMOE_CLI")
+    {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    let mut candidates = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        candidates.push(dir.join(name));
+        if let Some(up) = dir.parent() {
+            candidates.push(up.join(name));
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join(name)));
+    }
+    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
+        Hinted::new(
+            format!("engine binary `{name}` not found next to bmoe-bench or on PATH"),
+            "build it with `cargo build --release -p bmoe-engine --bin bmoe-cli`, set BMOE_CLI=/path/to/bmoe-cli, or set `binary` in the manifest",
+        )
+        .into()
+    })
+}
+
+/// Where synthetic models are cached: `$BMOE_CACHE_DIR`, `$XDG_CACHE_HOME/bmoe`, `~/.cache/bmoe`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("BMOE_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("bmoe");
+    }
+    std::env::var_os("HOME").map_or_else(
+        || std::env::temp_dir().join("bmoe-cache"),
+        |h| PathBuf::from(h).join(".cache/bmoe"),
+    )
+}
+
+/// Builds a preset model on first use (atomically) and returns its path.
+///
+/// # Errors
+/// The synthesiser failed.
+pub fn ensure_preset(
+    preset: &str,
+    expert_type: Option<&str>,
+    seed: Option<u64>,
+) -> Result<PathBuf> {
+    use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
+    let p = Preset::from_name(preset).with_context(|| format!("unknown preset `{preset}`"))?;
+    let mut opts = SynthOptions::preset(p);
+    let mut name = format!("synth-{preset}");
+    if let Some(t) = expert_type {
+        opts.expert_type = bmoe_gguf::GgmlType::from_name(t)
+            .with_context(|| format!("unknown expert type `{t}`"))?;
+        name.push_str(&format!("-{}", t.to_ascii_lowercase()));
+    }
+    if let Some(s) = seed {
+        opts.seed = s;
+        name.push_str(&format!("-s{s}"));
+    }
+    let dir = cache_dir();
+    let path = dir.join(format!("{name}.gguf"));
+    if path.is_file() {
+        return Ok(path);
+    }
+    fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the model cache {}", dir.display()))?;
+    eprintln!("building synthetic model `{preset}` -> {}", path.display());
+    let tmp = dir.join(format!(".{name}.{}.gguf", std::process::id()));
+    write_model(&opts, &tmp).with_context(|| format!("cannot build preset `{preset}`"))?;
+    fs::rename(&tmp, &path)
+        .with_context(|| format!("cannot move the model to {}", path.display()))?;
+    Ok(path)
+}
+
+/// A model's local file (for staging), or its fixed path on a device.
+fn local_model(src: &ModelSource) -> Result<Option<PathBuf>> {
+    Ok(match src {
+        ModelSource::File(p) => {
+            if !p.is_file() {
+                return Err(Hinted::new(
+                    format!("model file {} does not exist", p.display()),
+                    "fix `path`, or use preset = \"tiny\" for a synthetic model",
+                )
+                .into());
+            }
+            Some(p.canonicalize().unwrap_or_else(|_| p.clone()))
+        }
+        ModelSource::PerDevice(_) => None,
+        ModelSource::Preset {
+            preset,
+            expert_type,
+            seed,
+        } => Some(ensure_preset(preset, expert_type.as_deref(), *seed)?),
+    })
+}
+
+struct Shared<'a> {
+    plan: &'a Plan,
+    results: &'a ResultsDir,
+    binaries: BTreeMap<String, (PathBuf, String)>,
+    models: BTreeMap<String, Option<PathBuf>>,
+    progress: &'a Progress,
+    stop: &'a AtomicBool,
+}
+
+/// Runs the plan into `opts.out`.
+///
+/// # Errors
+/// Setup failures (results directory, binaries, models). Failures of single runs and lost
+/// devices are recorded, not returned.
+pub fn run(
+    plan: &Plan,
+    manifest_text: &str,
+    opts: &RunOptions,
+    stop: &AtomicBool,
+) -> Result<Outcome> {
+    let results = ResultsDir::open(&opts.out, manifest_text, opts.resume, opts.force)?;
+    write_atomic(
+        &opts.out.join("plan.json"),
+        serde_json::to_string_pretty(plan)?.as_bytes(),
+    )?;
+
+    // Resolve every binary and model before the first run: a typo fails now, not in hour 3.
+    let mut binaries = BTreeMap::new();
+    for c in &plan.cells {
+        if !binaries.contains_key(&c.binary) {
+            let p = resolve_binary(&c.binary)?;
+            let sha = sha256_file(&p)?;
+            binaries.insert(c.binary.clone(), (p, sha));
+        }
+    }
+    let mut models = BTreeMap::new();
+    for c in &plan.cells {
+        if !models.contains_key(&c.model) {
+            let src = plan
+                .models
+                .get(&c.model)
+                .with_context(|| format!("model `{}` missing from the plan", c.model))?;
+            models.insert(c.model.clone(), local_model(src)?);
+        }
+    }
+
+    let progress = Progress::new(plan);
+    let shared = Shared {
+        plan,
+        results: &results,
+        binaries,
+        models,
+        progress: &progress,
+        stop,
+    };
+    let mut outcome = Outcome::default();
+    let per_device: Vec<(usize, Vec<(usize, &PlannedRun)>)> = plan
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(di, d)| {
+            let runs = plan
+                .runs
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| plan.cells[r.cell].device == d.id)
+                .collect();
+            (di, runs)
+        })
+        .filter(|(_, runs): &(usize, Vec<_>)| !runs.is_empty())
+        .collect();
+    let results_per_device: Vec<DeviceOutcome> = std::thread::scope(|s| {
+        let handles: Vec<_> = per_device
+            .iter()
+            .map(|(di, runs)| {
+                let shared = &shared;
+                s.spawn(move || run_device(shared, *di, runs))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| DeviceOutcome::panicked()))
+            .collect()
+    });
+    progress.finish();
+    for d in results_per_device {
+        for (k, v) in d.by_status {
+            *outcome.by_status.entry(k).or_default() += v;
+        }
+        outcome.resumed += d.resumed;
+        if let Some(lost) = d.lost {
+            outcome.lost_devices.push(lost);
+        }
+    }
+    Ok(outcome)
+}
+
+#[derive(Default)]
+struct DeviceOutcome {
+    by_status: BTreeMap<String, usize>,
+    resumed: usize,
+    lost: Option<String>,
+}
+
+impl DeviceOutcome {
+    fn panicked() -> DeviceOutcome {
+        let mut d = DeviceOutcome::default();
+        d.by_status.insert("internal-error".into(), 1);
+        d
+    }
+}
+
+/// Remote paths of staged files, per local path.
+struct Stager<'a> {
+    dev: &'a Device,
+    staged: BTreeMap<PathBuf, String>,
+}
+
+impl Stager<'_> {
+    /// Copies `local` (digest `sha`) to the device once: skipped when a file with that digest
+    /// is already there, verified after the copy.
+    fn stage(&mut self, local: &Path, sha: &str, sub: &str, exec: bool) -> Result<String, String> {
+        if let Some(r) = self.staged.get(local) {
+            return Ok(r.clone());
+        }
+        let name = local
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".into());
+        let dir = format!("{}/{sub}", self.dev.workdir());
+        let remote = format!("{dir}/{}-{name}", &sha[..12.min(sha.len())]);
+        let q = shell_quote(&remote);
+        let check = format!("sha256sum {q} 2>/dev/null | cut -d' ' -f1");
+        let have = self.dev.exec_ok(&check).unwrap_or_default();
+        if have.trim() != sha {
+            self.dev
+                .exec_ok(&format!("mkdir -p {}", shell_quote(&dir)))?;
+            let tmp = format!("{remote}.part");
+            self.dev.push(local, &tmp)?;
+            let mode = if exec { "755" } else { "644" };
+            self.dev.exec_ok(&format!(
+                "chmod {mode} {t} && mv -f {t} {q}",
+                t = shell_quote(&tmp)
+            ))?;
+            let after = self.dev.exec_ok(&check)?;
+            if after.trim() != sha {
+                return Err(format!(
+                    "checksum mismatch after copying {} to {remote}",
+                    local.display()
+                ));
+            }
+        }
+        self.staged.insert(local.to_path_buf(), remote.clone());
+        Ok(remote)
+    }
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn probe(dev: &Device) -> Option<DeviceState> {
+    dev.exec(PROBE)
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| DeviceState::parse(&String::from_utf8_lossy(&o.stdout)))
+}
+
+fn run_device(sh: &Shared<'_>, di: usize, runs: &[(usize, &PlannedRun)]) -> DeviceOutcome {
+    let plan = sh.plan;
+    let dev = Device::new(plan.devices[di].clone());
+    let mut out = DeviceOutcome::default();
+    let mut stager = Stager {
+        dev: &dev,
+        staged: BTreeMap::new(),
+    };
+    let mut first = true;
+    let mut lost: Option<String> = None;
+    let total = runs.len();
+    for (i, (position, run)) in runs.iter().enumerate() {
+        let cell = &plan.cells[run.cell];
+        if sh.results.is_done(&cell.sweep, &cell.tag, &run.rep) {
+            out.resumed += 1;
+            sh.progress.run_skipped(&dev.def.id);
+            continue;
+        }
+        let mut rec = base_record(plan, cell, run, *position, &dev);
+        if sh.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if let Some(reason) = &lost {
+            rec.status = "device-lost".into();
+            rec.error = Some(reason.clone());
+            let _ = sh.results.log(&rec);
+            *out.by_status.entry(rec.status.clone()).or_default() += 1;
+            sh.progress.run_done(&dev.def.id, &rec, i + 1 == total);
+            continue;
+        }
+        sh.progress.run_started(&dev.def.id, cell, &run.rep);
+        let result = execute(sh, &dev, &mut stager, cell, run, &mut rec, first);
+        first = false;
+        match result {
+            Ok(Some(tmp)) => {
+                if let Err(e) = sh.results.commit(&tmp, &rec) {
+                    rec.status = "failed".into();
+                    rec.error = Some(format!("{e:#}"));
+                }
+            }
+            Ok(None) => {
+                let _ = sh.results.log(&rec);
+            }
+            Err(e) => {
+                rec.error = Some(e.clone());
+                if dev.is_remote() && !dev.alive() {
+                    rec.status = "device-lost".into();
+                    lost = Some(format!("device `{}` stopped answering: {e}", dev.def.id));
+                    out.lost = Some(dev.def.id.clone());
+                } else if rec.status.is_empty() || rec.status == "ok" {
+                    rec.status = "failed".into();
+                }
+                let _ = sh.results.log(&rec);
+            }
+        }
+        *out.by_status.entry(rec.status.clone()).or_default() += 1;
+        sh.progress.run_done(&dev.def.id, &rec, i + 1 == total);
+        if rec.status == "abort" {
+            break;
+        }
+    }
+    out
+}
+
+fn base_record(
+    plan: &Plan,
+    cell: &Cell,
+    run: &PlannedRun,
+    position: usize,
+    dev: &Device,
+) -> RunRecord {
+    RunRecord {
+        campaign: plan.name.clone(),
+        sweep: cell.sweep.clone(),
+        cell: cell.tag.clone(),
+        rep: run.rep.clone(),
+        warmup: run.warmup,
+        pass: run.pass,
+        position,
+        device: dev.def.id.clone(),
+        device_kind: dev.kind_name().into(),
+        address: dev.address(),
+        model: cell.model.clone(),
+        binary: cell.binary.clone(),
+        env: cell.env.clone(),
+        axes: cell.axes.iter().cloned().collect(),
+        discard_tokens: cell.discard_tokens,
+        session: cell.session,
+        dir: format!("{}/{}/{}", cell.sweep, cell.tag, run.rep),
+        ..RunRecord::default()
+    }
+}
+
+/// Cooldown before a run; `Err` = skip/abort the run.
+fn cooldown(
+    sh: &Shared<'_>,
+    dev: &Device,
+    cell: &Cell,
+    rec: &mut RunRecord,
+) -> Result<(), &'static str> {
+    let c = &cell.cooldown;
+    let start = Instant::now();
+    match c.mode {
+        "fixed" => sleep_unless_stopped(sh, c.fixed_s),
+        "condition" => {
+            sleep_unless_stopped(sh, c.fixed_s);
+            loop {
+                let st = probe(dev).unwrap_or_default();
+                let unmet = st.unmet(&c.until);
+                if unmet.is_empty() {
+                    rec.gate_met = Some(true);
+                    break;
+                }
+                if start.elapsed().as_secs_f64() >= c.max_wait_s || sh.stop.load(Ordering::Relaxed)
+                {
+                    rec.gate_met = Some(false);
+                    rec.gate_unmet = unmet;
+                    rec.cooldown_waited_s = start.elapsed().as_secs_f64();
+                    return match c.on_timeout {
+                        "skip" => Err("skipped"),
+                        "abort" => Err("abort"),
+                        _ => Ok(()),
+                    };
+                }
+                sh.progress
+                    .note(&dev.def.id, &format!("cooling down: {}", unmet.join(", ")));
+                sleep_unless_stopped(
+                    sh,
+                    c.poll_s
+                        .min(c.max_wait_s - start.elapsed().as_secs_f64())
+                        .max(0.05),
+                );
+            }
+        }
+        _ => {}
+    }
+    rec.cooldown_waited_s = start.elapsed().as_secs_f64();
+    Ok(())
+}
+
+fn sleep_unless_stopped(sh: &Shared<'_>, secs: f64) {
+    let end = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
+    while Instant::now() < end && !sh.stop.load(Ordering::Relaxed) {
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(200)));
+    }
+}
+
+/// Runs one cell once. `Ok(Some(tmp))` = artifacts ready to commit, `Ok(None)` = recorded
+/// without artifacts (skipped), `Err` = failed before or around the engine.
+fn execute(
+    sh: &Shared<'_>,
+    dev: &Device,
+    stager: &mut Stager<'_>,
+    cell: &Cell,
+    run: &PlannedRun,
+    rec: &mut RunRecord,
+    first: bool,
+) -> Result<Option<PathBuf>, String> {
+    if !first && let Err(what) = cooldown(sh, dev, cell, rec) {
+        rec.status = what.into();
+        rec.error = Some(format!(
+            "cooldown gate gave up after {:.0} s: {}",
+            rec.cooldown_waited_s,
+            rec.gate_unmet.join(", ")
+        ));
+        return Ok(None);
+    }
+    let t0 = Instant::now();
+    let tmp = sh
+        .results
+        .fresh_tmp_dir(&cell.sweep, &cell.tag, &run.rep)
+        .map_err(|e| format!("{e:#}"))?;
+
+    // Binary and model paths on the device.
+    let (bin_local, bin_sha) = sh
+        .binaries
+        .get(&cell.binary)
+        .cloned()
+        .ok_or("binary not resolved")?;
+    rec.binary = bin_local.to_string_lossy().into_owned();
+    rec.binary_sha256 = Some(bin_sha.clone());
+    let model_local = sh.models.get(&cell.model).cloned().flatten();
+    let (bin_dev, model_dev) = if dev.is_remote() {
+        let b = stager.stage(&bin_local, &bin_sha, "bin", true)?;
+        let m = match (&model_local, sh.plan.models.get(&cell.model)) {
+            (_, Some(ModelSource::PerDevice(map))) => {
+                map.get(&dev.def.id).cloned().ok_or_else(|| {
+                    format!(
+                        "model `{}` has no path for device `{}`",
+                        cell.model, dev.def.id
+                    )
+                })?
+            }
+            (Some(l), _) => {
+                let sha = model_sha(l)?;
+                stager.stage(l, &sha, "models", false)?
+            }
+            _ => return Err(format!("model `{}` has no file to stage", cell.model)),
+        };
+        (b, m)
+    } else {
+        let m = match (&model_local, sh.plan.models.get(&cell.model)) {
+            (Some(l), _) => l.to_string_lossy().into_owned(),
+            (None, Some(ModelSource::PerDevice(map))) => {
+                map.get(&dev.def.id).cloned().ok_or_else(|| {
+                    format!(
+                        "model `{}` has no path for device `{}`",
+                        cell.model, dev.def.id
+                    )
+                })?
+            }
+            _ => return Err(format!("model `{}` has no path", cell.model)),
+        };
+        (bin_local.to_string_lossy().into_owned(), m)
+    };
+    rec.model_path = model_dev.clone();
+
+    // Where the run executes on the device.
+    let run_dir_dev = if dev.is_remote() {
+        let d = format!(
+            "{}/runs/{}/{}/{}/{}",
+            dev.workdir(),
+            sh.plan.name,
+            cell.sweep,
+            cell.tag,
+            run.rep
+        );
+        dev.exec_ok(&format!("rm -rf {q} && mkdir -p {q}", q = shell_quote(&d)))?;
+        d
+    } else {
+        tmp.to_string_lossy().into_owned()
+    };
+    let csv_dev = format!("{run_dir_dev}/metrics.csv");
+    let mut args = vec!["-m".to_string(), model_dev.clone()];
+    args.extend(cell.args.iter().cloned());
+    args.push("--csv".into());
+    args.push(csv_dev.clone());
+    rec.argv = std::iter::once(bin_dev.clone())
+        .chain(args.iter().cloned())
+        .collect();
+
+    // Memory cgroup.
+    let mut cg: Option<CgroupStats> = None;
+    if let Some(limit) = cell.mem_limit {
+        let name = format!("bmoe-bench-{}-{}", std::process::id(), rec.position);
+        let dir = dev
+            .exec_ok(&cgroup::setup_script(&name, limit))
+            .map_err(|e| {
+                format!(
+                    "cannot create a memory cgroup on `{}`: {e}\nhint: {}",
+                    dev.def.id,
+                    cgroup::HINT
+                )
+            })?;
+        cg = Some(CgroupStats {
+            dir: dir.trim().to_string(),
+            limit_bytes: limit,
+            ..CgroupStats::default()
+        });
+    }
+
+    rec.state_before = probe(dev);
+    let env: Vec<(String, String)> = cell
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let remote_timeout = if dev.is_remote() {
+        cell.timeout_s
+    } else {
+        None
+    };
+    let line = run_command_line(
+        &run_dir_dev,
+        &env,
+        cg.as_ref().map(|c| c.dir.as_str()),
+        remote_timeout,
+        &bin_dev,
+        &args,
+    );
+    let argv = dev.exec_argv(&line);
+    let stdout = File::create(tmp.join("stdout.txt"))
+        .map_err(|e| format!("cannot create stdout.txt: {e}"))?;
+    let stderr = File::create(tmp.join("stderr.txt"))
+        .map_err(|e| format!("cannot create stderr.txt: {e}"))?;
+    let argv_json = serde_json::json!({"argv": rec.argv, "env": cell.env, "device_command": argv});
+    fs::write(
+        tmp.join("argv.json"),
+        serde_json::to_string_pretty(&argv_json).unwrap_or_default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let overhead_before = t0.elapsed();
+
+    rec.started_unix = now_unix();
+    let started = Instant::now();
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(if cell.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
+    if let (Some(text), Some(mut stdin)) = (&cell.stdin, child.stdin.take()) {
+        let text = text.clone();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(text.as_bytes());
+        });
+    }
+    let live = if dev.is_remote() {
+        tmp.join("stderr.txt")
+    } else {
+        tmp.join("metrics.csv")
+    };
+    let (status, timed_out) = wait(
+        sh,
+        &mut child,
+        cell.timeout_s,
+        &dev.def.id,
+        &live,
+        !dev.is_remote(),
+    );
+    rec.duration_s = started.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    rec.exit_code = status.and_then(|s| s.code());
+    rec.timed_out = timed_out
+        || (dev.is_remote()
+            && cell.timeout_s.is_some_and(|t| rec.duration_s >= t)
+            && rec.exit_code == Some(137));
+
+    if dev.is_remote() {
+        if dev.transport_failed(rec.exit_code) && !dev.alive() {
+            return Err(format!(
+                "lost the connection during the run (exit {:?})",
+                rec.exit_code
+            ));
+        }
+        let _ = dev.pull(&csv_dev, &tmp.join("metrics.csv"));
+        if cg.is_some() {
+            let _ = dev.pull(
+                &format!("{run_dir_dev}/cgroup.txt"),
+                &tmp.join("cgroup.txt"),
+            );
+        }
+        let _ = dev.exec(&format!("rm -rf {}", shell_quote(&run_dir_dev)));
+    }
+    rec.state_after = probe(dev);
+    if let Some(mut c) = cg {
+        if let Ok(o) = dev.exec(&cgroup::cleanup_script(&c.dir)) {
+            c.parse_cleanup(&String::from_utf8_lossy(&o.stdout));
+        }
+        c.membership = fs::read_to_string(tmp.join("cgroup.txt")).ok();
+        rec.cgroup = Some(c);
+    }
+    let csv = tmp.join("metrics.csv");
+    if let Some((n, tps)) = quick_rate(&csv) {
+        rec.tokens = Some(n);
+        rec.tok_s = tps;
+    }
+    rec.status = if rec.timed_out {
+        "timeout".into()
+    } else if rec.exit_code == Some(0) {
+        if csv.is_file() {
+            "ok".into()
+        } else {
+            "failed".into()
+        }
+    } else {
+        "failed".into()
+    };
+    if rec.status == "failed" {
+        rec.error = Some(if rec.exit_code == Some(0) {
+            "the engine exited 0 but wrote no CSV".into()
+        } else {
+            format!(
+                "exit status {}; last stderr line: {}",
+                rec.exit_code.map_or("signal".into(), |c| c.to_string()),
+                last_line(&tmp.join("stderr.txt"))
+            )
+        });
+    }
+    let state = serde_json::json!({"before": rec.state_before, "after": rec.state_after, "cooldown_waited_s": rec.cooldown_waited_s, "gate_met": rec.gate_met});
+    fs::write(
+        tmp.join("state.json"),
+        serde_json::to_string_pretty(&state).unwrap_or_default(),
+    )
+    .map_err(|e| e.to_string())?;
+    if !dev.is_remote() {
+        // The CSV was written into the temporary directory that is about to become the run's.
+        let final_dir = sh.results.run_dir(&cell.sweep, &cell.tag, &run.rep);
+        let (from, to) = (
+            tmp.to_string_lossy().into_owned(),
+            final_dir.to_string_lossy().into_owned(),
+        );
+        for a in &mut rec.argv {
+            if a.starts_with(&from) {
+                *a = a.replacen(&from, &to, 1);
+            }
+        }
+    }
+    rec.overhead_s = (overhead_before + t1.elapsed()).as_secs_f64();
+    Ok(Some(tmp))
+}
+
+fn model_sha(path: &Path) -> Result<String, String> {
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<BTreeMap<PathBuf, String>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(BTreeMap::new()));
+    if let Some(s) = cache.lock().ok().and_then(|c| c.get(path).cloned()) {
+        return Ok(s);
+    }
+    let s = sha256_file(path).map_err(|e| format!("{e:#}"))?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert(path.to_path_buf(), s.clone());
+    }
+    Ok(s)
+}
+
+fn last_line(path: &Path) -> String {
+    fs::read_to_string(path)
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(|l| l.chars().take(300).collect())
+        })
+        .unwrap_or_else(|| "(empty)".into())
+}
+
+/// Token count and tok/s (tokens / Σ wall) of a CSV.
+fn quick_rate(csv: &Path) -> Option<(u64, Option<f64>)> {
+    let reader = MetricsReader::open(csv).ok()?;
+    let (mut n, mut wall) = (0u64, 0.0f64);
+    for row in reader.flatten() {
+        n += 1;
+        wall += row.wall_ms.unwrap_or(0.0);
+    }
+    Some((n, (wall > 0.0).then(|| n as f64 / (wall / 1000.0))))
+}
+
+/// Counts tokens in a growing file: CSV data rows (local) or `BMOE_PROGRESS` lines (remote).
+struct Tail {
+    path: PathBuf,
+    offset: u64,
+    tokens: u64,
+    csv: bool,
+    partial: Vec<u8>,
+}
+
+impl Tail {
+    fn poll(&mut self) -> u64 {
+        let Ok(mut f) = File::open(&self.path) else {
+            return self.tokens;
+        };
+        if f.seek(SeekFrom::Start(self.offset)).is_err() {
+            return self.tokens;
+        }
+        let mut buf = Vec::new();
+        if f.read_to_end(&mut buf).is_err() {
+            return self.tokens;
+        }
+        self.offset += buf.len() as u64;
+        self.partial.extend_from_slice(&buf);
+        while let Some(nl) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=nl).collect();
+            let counted = if self.csv {
+                line.first().is_some_and(u8::is_ascii_digit)
+            } else {
+                line.starts_with(b"BMOE_PROGRESS")
+            };
+            if counted {
+                self.tokens += 1;
+            }
+        }
+        self.tokens
+    }
+}
+
+/// Waits for the child, enforcing the timeout and feeding the progress bar.
+fn wait(
+    sh: &Shared<'_>,
+    child: &mut Child,
+    timeout_s: Option<f64>,
+    dev: &str,
+    live: &Path,
+    csv: bool,
+) -> (Option<std::process::ExitStatus>, bool) {
+    let start = Instant::now();
+    let mut tail = Tail {
+        path: live.to_path_buf(),
+        offset: 0,
+        tokens: 0,
+        csv,
+        partial: Vec::new(),
+    };
+    let mut nap = Duration::from_millis(1);
+    let mut last_poll = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return (Some(st), false),
+            Ok(None) => {}
+            Err(_) => return (None, false),
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        if timeout_s.is_some_and(|t| elapsed >= t) || sh.stop.load(Ordering::Relaxed) {
+            let _ = child.kill();
+            let st = child.wait().ok();
+            return (st, timeout_s.is_some_and(|t| elapsed >= t));
+        }
+        if last_poll.elapsed() >= Duration::from_millis(250) {
+            sh.progress.tokens(dev, tail.poll());
+            last_poll = Instant::now();
+        }
+        // Short naps first so a fast run is not padded; longer ones for long runs.
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(50));
+    }
+}
