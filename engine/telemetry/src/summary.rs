@@ -344,6 +344,152 @@ impl fmt::Display for Prefill {
     }
 }
 
+/// `moe-cache: <n> evictions, <n> re-reads (<r>/token) — bytes the cache had already paid for
+/// once` (printed when either counter is non-zero).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeChurn {
+    /// Cache evictions.
+    pub evictions: u64,
+    /// Reads of entries the cache had held before.
+    pub rereads: u64,
+    /// Re-reads per token (1 decimal).
+    pub rereads_per_token: f64,
+}
+
+impl fmt::Display for MoeChurn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "moe-cache: {} evictions, {} re-reads ({:.1}/token) — bytes the cache had already paid for once",
+            self.evictions, self.rereads, self.rereads_per_token
+        )
+    }
+}
+
+/// `moe-waits: drain <s> s/token (inside compute), adopt <s> s/token (inside mgmt)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeWaits {
+    /// Overlap drain wait per token, s (3 decimals); part of compute.
+    pub drain_s_per_token: f64,
+    /// Route-ahead adoption wait per token, s (3 decimals); part of mgmt.
+    pub adopt_s_per_token: f64,
+}
+
+impl fmt::Display for MoeWaits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "moe-waits: drain {:.3} s/token (inside compute), adopt {:.3} s/token (inside mgmt)",
+            self.drain_s_per_token, self.adopt_s_per_token
+        )
+    }
+}
+
+/// `moe-route-ahead: <N> layers early — <c> routings committed, <p> passed through; committed
+/// selection agreed with the router on <pct>% of slots`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeRouteAhead {
+    /// How many layers early the selection was predicted.
+    pub layers: u64,
+    /// Routings whose selection was replaced by the prediction.
+    pub committed: u64,
+    /// Eligible routings that kept the router's choice.
+    pub passed: u64,
+    /// Slots where the committed selection agreed with the router, percent (1 decimal).
+    pub agree_pct: f64,
+}
+
+impl fmt::Display for MoeRouteAhead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "moe-route-ahead: {} layers early — {} routings committed, {} passed through; committed selection agreed with the router on {:.1}% of slots",
+            self.layers, self.committed, self.passed, self.agree_pct
+        )
+    }
+}
+
+/// `mtp:   <a>/<d> drafts accepted (<pct>%), <t> tokens per verify decode (<n> decodes for
+/// <k> tokens)` — the name padded so `mtp:` and `ngram:` lines align, as the seed shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecAcceptance {
+    /// The drafting source, `mtp` or `ngram`.
+    pub source: String,
+    /// Drafts accepted.
+    pub accepted: u64,
+    /// Drafts proposed.
+    pub drafted: u64,
+    /// `accepted / drafted`, percent (1 decimal).
+    pub pct: f64,
+    /// Tokens per verify decode (2 decimals).
+    pub tokens_per_decode: f64,
+    /// Verify decodes.
+    pub decodes: u64,
+    /// Tokens generated.
+    pub tokens: u64,
+}
+
+impl fmt::Display for SpecAcceptance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<6} {}/{} drafts accepted ({:.1}%), {:.2} tokens per verify decode ({} decodes for {} tokens)",
+            format!("{}:", self.source),
+            self.accepted,
+            self.drafted,
+            self.pct,
+            self.tokens_per_decode,
+            self.decodes,
+            self.tokens
+        )
+    }
+}
+
+/// `<source>: drafting costs <s> s/token on top of decode → <t> tok/s effective (vs <t>
+/// reported)` — read this before believing a speculated run is faster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecCost {
+    /// The drafting source, `mtp` or `ngram`.
+    pub source: String,
+    /// Drafting seconds per token (4 decimals).
+    pub draft_s_per_token: f64,
+    /// The rate including drafting (2 decimals).
+    pub effective_tok_s: f64,
+    /// The headline decode-only rate (2 decimals).
+    pub reported_tok_s: f64,
+}
+
+impl fmt::Display for SpecCost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: drafting costs {:.4} s/token on top of decode → {:.2} tok/s effective (vs {:.2} reported)",
+            self.source, self.draft_s_per_token, self.effective_tok_s, self.reported_tok_s
+        )
+    }
+}
+
+/// `ngram: drafted on <d> of <n> steps (<pct>%); the rest decoded plainly`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NgramCoverage {
+    /// Steps that drafted.
+    pub drafted: u64,
+    /// All steps.
+    pub steps: u64,
+    /// `drafted / steps`, percent (1 decimal).
+    pub pct: f64,
+}
+
+impl fmt::Display for NgramCoverage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ngram: drafted on {} of {} steps ({:.1}%); the rest decoded plainly",
+            self.drafted, self.steps, self.pct
+        )
+    }
+}
+
 /// One summary line.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SummaryLine {
@@ -369,6 +515,18 @@ pub enum SummaryLine {
     MoePrefetch(MoePrefetch),
     /// `moe-drop:`.
     MoeDrop(MoeDrop),
+    /// `moe-cache:` evictions / re-reads form.
+    MoeChurn(MoeChurn),
+    /// `moe-waits:`.
+    MoeWaits(MoeWaits),
+    /// `moe-route-ahead:` (the first, agreement line).
+    MoeRouteAhead(MoeRouteAhead),
+    /// `mtp:` / `ngram:` acceptance line.
+    SpecAcceptance(SpecAcceptance),
+    /// `mtp:` / `ngram:` drafting-cost line.
+    SpecCost(SpecCost),
+    /// `ngram:` coverage line.
+    NgramCoverage(NgramCoverage),
     /// Any other `<name>: <text>` line whose name is a known summary prefix not typed here
     /// (`mtp`, `ngram`, `moe-rows`, `moe-route-ahead`, `moe-predict`, `moe-waits`, `moe-cache`
     /// evictions…), verbatim.
@@ -394,6 +552,12 @@ impl fmt::Display for SummaryLine {
             SummaryLine::MoeOverlap(x) => x.fmt(f),
             SummaryLine::MoePrefetch(x) => x.fmt(f),
             SummaryLine::MoeDrop(x) => x.fmt(f),
+            SummaryLine::MoeChurn(x) => x.fmt(f),
+            SummaryLine::MoeWaits(x) => x.fmt(f),
+            SummaryLine::MoeRouteAhead(x) => x.fmt(f),
+            SummaryLine::SpecAcceptance(x) => x.fmt(f),
+            SummaryLine::SpecCost(x) => x.fmt(f),
+            SummaryLine::NgramCoverage(x) => x.fmt(f),
             SummaryLine::Other { name, text } => write!(f, "{name}: {text}"),
         }
     }
@@ -702,6 +866,109 @@ fn moe_drop(s: &mut Scan<'_>) -> Option<MoeDrop> {
     })
 }
 
+fn moe_churn(s: &mut Scan<'_>) -> Option<MoeChurn> {
+    let evictions = s.u64()?;
+    s.lit(" evictions, ")?;
+    let rereads = s.u64()?;
+    s.lit(" re-reads (")?;
+    let rereads_per_token = s.f64()?;
+    s.lit("/token)")?;
+    Some(MoeChurn {
+        evictions,
+        rereads,
+        rereads_per_token,
+    })
+}
+
+fn moe_waits(s: &mut Scan<'_>) -> Option<MoeWaits> {
+    s.lit("drain ")?;
+    let drain_s_per_token = s.f64()?;
+    s.lit(" s/token (inside compute), adopt ")?;
+    let adopt_s_per_token = s.f64()?;
+    s.lit(" s/token (inside mgmt)")?;
+    s.end()?;
+    Some(MoeWaits {
+        drain_s_per_token,
+        adopt_s_per_token,
+    })
+}
+
+fn moe_route_ahead(s: &mut Scan<'_>) -> Option<MoeRouteAhead> {
+    let layers = s.u64()?;
+    s.lit(" layers early — ")?;
+    let committed = s.u64()?;
+    s.lit(" routings committed, ")?;
+    let passed = s.u64()?;
+    s.lit(" passed through; committed selection agreed with the router on ")?;
+    let agree_pct = s.f64()?;
+    s.lit("% of slots")?;
+    s.end()?;
+    Some(MoeRouteAhead {
+        layers,
+        committed,
+        passed,
+        agree_pct,
+    })
+}
+
+fn spec_acceptance(source: &str, s: &mut Scan<'_>) -> Option<SpecAcceptance> {
+    let accepted = s.u64()?;
+    s.lit("/")?;
+    let drafted = s.u64()?;
+    s.lit(" drafts accepted (")?;
+    let pct = s.f64()?;
+    s.lit("%), ")?;
+    let tokens_per_decode = s.f64()?;
+    s.lit(" tokens per verify decode (")?;
+    let decodes = s.u64()?;
+    s.lit(" decodes for ")?;
+    let tokens = s.u64()?;
+    s.lit(" tokens)")?;
+    s.end()?;
+    Some(SpecAcceptance {
+        source: source.to_string(),
+        accepted,
+        drafted,
+        pct,
+        tokens_per_decode,
+        decodes,
+        tokens,
+    })
+}
+
+fn spec_cost(source: &str, s: &mut Scan<'_>) -> Option<SpecCost> {
+    s.lit("drafting costs ")?;
+    let draft_s_per_token = s.f64()?;
+    s.lit(" s/token on top of decode → ")?;
+    let effective_tok_s = s.f64()?;
+    s.lit(" tok/s effective (vs ")?;
+    let reported_tok_s = s.f64()?;
+    s.lit(" reported)")?;
+    s.end()?;
+    Some(SpecCost {
+        source: source.to_string(),
+        draft_s_per_token,
+        effective_tok_s,
+        reported_tok_s,
+    })
+}
+
+fn ngram_coverage(s: &mut Scan<'_>) -> Option<NgramCoverage> {
+    s.lit("drafted on ")?;
+    let drafted = s.u64()?;
+    s.lit(" of ")?;
+    let steps = s.u64()?;
+    s.lit(" steps (")?;
+    let pct = s.f64()?;
+    s.lit("%); the rest decoded plainly")?;
+    s.end()?;
+    Some(NgramCoverage {
+        drafted,
+        steps,
+        pct,
+    })
+}
+
 /// Reads one line of engine output as a summary line.
 ///
 /// Returns `Ok(None)` for a line that is not a summary line at all (answer text, logs,
@@ -737,6 +1004,10 @@ pub fn parse_summary_line(line: &str) -> Result<Option<SummaryLine>, SummaryPars
         at: s.s.to_string(),
         line: line.to_string(),
     };
+    let other = || SummaryLine::Other {
+        name: name.to_string(),
+        text: text.to_string(),
+    };
     macro_rules! typed {
         ($f:ident, $variant:ident) => {
             match $f(&mut s) {
@@ -754,13 +1025,37 @@ pub fn parse_summary_line(line: &str) -> Result<Option<SummaryLine>, SummaryPars
         "moe-prefetch" => typed!(moe_prefetch, MoePrefetch),
         "moe-drop" => typed!(moe_drop, MoeDrop),
         "mode" => Ok(Some(SummaryLine::Mode(mode(text)))),
-        "moe-cache" => match moe_cache(&mut s) {
-            Some(v) => Ok(Some(SummaryLine::MoeCache(v))),
-            None => Ok(Some(SummaryLine::Other {
-                name: name.to_string(),
-                text: text.to_string(),
-            })),
-        },
+        "moe-cache" => {
+            if let Some(v) = moe_cache(&mut s) {
+                return Ok(Some(SummaryLine::MoeCache(v)));
+            }
+            let mut s = Scan { s: text };
+            Ok(Some(match moe_churn(&mut s) {
+                Some(v) => SummaryLine::MoeChurn(v),
+                None => other(),
+            }))
+        }
+        "moe-waits" => Ok(Some(
+            moe_waits(&mut s).map_or_else(other, SummaryLine::MoeWaits),
+        )),
+        "moe-route-ahead" => Ok(Some(
+            moe_route_ahead(&mut s).map_or_else(other, SummaryLine::MoeRouteAhead),
+        )),
+        "mtp" | "ngram" => {
+            // Several line shapes share these names; the ones not typed here stay verbatim.
+            if let Some(v) = spec_acceptance(name, &mut Scan { s: text }) {
+                return Ok(Some(SummaryLine::SpecAcceptance(v)));
+            }
+            if let Some(v) = spec_cost(name, &mut Scan { s: text }) {
+                return Ok(Some(SummaryLine::SpecCost(v)));
+            }
+            if name == "ngram"
+                && let Some(v) = ngram_coverage(&mut Scan { s: text })
+            {
+                return Ok(Some(SummaryLine::NgramCoverage(v)));
+            }
+            Ok(Some(other()))
+        }
         other if OTHER_PREFIXES.contains(&other) => Ok(Some(SummaryLine::Other {
             name: other.to_string(),
             text: text.to_string(),
@@ -793,6 +1088,18 @@ pub struct PerfReport {
     pub moe_prefetch: Option<MoePrefetch>,
     /// `moe-drop:`.
     pub moe_drop: Option<MoeDrop>,
+    /// `moe-cache:` evictions / re-reads.
+    pub moe_churn: Option<MoeChurn>,
+    /// `moe-waits:`.
+    pub moe_waits: Option<MoeWaits>,
+    /// `moe-route-ahead:` agreement line.
+    pub moe_route_ahead: Option<MoeRouteAhead>,
+    /// `mtp:` / `ngram:` acceptance.
+    pub spec_acceptance: Option<SpecAcceptance>,
+    /// `mtp:` / `ngram:` drafting cost.
+    pub spec_cost: Option<SpecCost>,
+    /// `ngram:` coverage.
+    pub ngram_coverage: Option<NgramCoverage>,
     /// Other summary lines, in order.
     pub other: Vec<SummaryLine>,
     /// Lines with a typed prefix that did not match their template.
@@ -834,6 +1141,12 @@ impl PerfReport {
                 Ok(Some(SummaryLine::MoeOverlap(x))) => r.moe_overlap = Some(x),
                 Ok(Some(SummaryLine::MoePrefetch(x))) => r.moe_prefetch = Some(x),
                 Ok(Some(SummaryLine::MoeDrop(x))) => r.moe_drop = Some(x),
+                Ok(Some(SummaryLine::MoeChurn(x))) => r.moe_churn = Some(x),
+                Ok(Some(SummaryLine::MoeWaits(x))) => r.moe_waits = Some(x),
+                Ok(Some(SummaryLine::MoeRouteAhead(x))) => r.moe_route_ahead = Some(x),
+                Ok(Some(SummaryLine::SpecAcceptance(x))) => r.spec_acceptance = Some(x),
+                Ok(Some(SummaryLine::SpecCost(x))) => r.spec_cost = Some(x),
+                Ok(Some(SummaryLine::NgramCoverage(x))) => r.ngram_coverage = Some(x),
                 Ok(Some(other)) => r.other.push(other),
                 Err(e) => r.errors.push(e),
             }
@@ -875,10 +1188,41 @@ mod tests {
             "mode: plain llama.cpp on mmap (pass --moe-stream to stream experts)",
             "=== answer ===",
             "=== perf ===",
-            "mtp: 22/30 drafts accepted (73.3%), 1.60 tokens per verify decode (25 decodes for 40 tokens)",
+            "mtp:   22/30 drafts accepted (73.3%), 1.60 tokens per verify decode (25 decodes for 40 tokens)",
+            "ngram: 22/30 drafts accepted (73.3%), 1.60 tokens per verify decode (25 decodes for 40 tokens)",
+            "mtp: drafting costs 0.0020 s/token on top of decode → 7.16 tok/s effective (vs 7.27 reported)",
+            "ngram: drafted on 25 of 40 steps (62.5%); the rest decoded plainly",
+            "mtp: of 10.0 MiB streamed, 1.0 MiB (10.0%) was the head's own routing, 9.0 MiB the widened verify batch",
+            "moe-cache: 1234 evictions, 56 re-reads (0.2/token) — bytes the cache had already paid for once",
+            "moe-waits: drain 0.001 s/token (inside compute), adopt 0.000 s/token (inside mgmt)",
+            "moe-route-ahead: 2 layers early — 3000 routings committed, 48 passed through; committed selection agreed with the router on 91.5% of slots",
+            "moe-route-ahead: prediction 1.2 ms/token of worker CPU (96 GEMVs, 0.013 ms each) + 0.4 ms/token issuing the reads + 0.1 ms/token watchdog, both on the eval thread",
         ] {
             round_trip(l);
         }
+    }
+
+    #[test]
+    fn speculation_and_churn_lines_are_typed() {
+        let typed = |l: &str| match parse_summary_line(l) {
+            Ok(Some(SummaryLine::Other { .. })) | Ok(None) | Err(_) => false,
+            Ok(Some(_)) => true,
+        };
+        assert!(typed(
+            "mtp:   22/30 drafts accepted (73.3%), 1.60 tokens per verify decode (25 decodes for 40 tokens)"
+        ));
+        assert!(typed(
+            "ngram: drafted on 25 of 40 steps (62.5%); the rest decoded plainly"
+        ));
+        assert!(typed(
+            "mtp: drafting costs 0.0020 s/token on top of decode → 7.16 tok/s effective (vs 7.27 reported)"
+        ));
+        assert!(typed(
+            "moe-cache: 1234 evictions, 56 re-reads (0.2/token) — bytes the cache had already paid for once"
+        ));
+        assert!(!typed(
+            "mtp: of 10.0 MiB streamed, 1.0 MiB (10.0%) was the head's own routing, 9.0 MiB the widened verify batch"
+        ));
     }
 
     #[test]

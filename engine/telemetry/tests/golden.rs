@@ -10,7 +10,7 @@ use bmoe_telemetry::protocol::{
 };
 use bmoe_telemetry::summary::{
     CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeDrop, MoePrefetch,
-    MoeStream, PerfReport,
+    MoeStream, NgramCoverage, PerfReport, SpecAcceptance, SpecCost,
 };
 use bmoe_telemetry::trace::{
     COMPUTE_COLUMNS, ComputeRow, IO_COLUMNS, IoRow, ROUTE_COLUMNS, RouteRow, TraceReader, TraceRow,
@@ -238,8 +238,46 @@ fn seed_summary_templates() {
         d.to_string(),
         "moe-drop: 5146/81920 routed experts dropped (6.3%), threshold 0.75 x uniform"
     );
+    // The seed's speculation lines: `mtp:` padded to align with `ngram:`.
+    let a = SpecAcceptance {
+        source: "mtp".into(),
+        accepted: 22,
+        drafted: 30,
+        pct: 73.3,
+        tokens_per_decode: 1.6,
+        decodes: 25,
+        tokens: 40,
+    };
+    assert_eq!(
+        a.to_string(),
+        "mtp:   22/30 drafts accepted (73.3%), 1.60 tokens per verify decode (25 decodes for 40 tokens)"
+    );
+    let a = SpecAcceptance {
+        source: "ngram".into(),
+        ..a
+    };
+    assert!(a.to_string().starts_with("ngram: 22/30 drafts accepted"));
+    let cov = NgramCoverage {
+        drafted: 25,
+        steps: 40,
+        pct: 62.5,
+    };
+    assert_eq!(
+        cov.to_string(),
+        "ngram: drafted on 25 of 40 steps (62.5%); the rest decoded plainly"
+    );
+    let cost = SpecCost {
+        source: "mtp".into(),
+        draft_s_per_token: 0.002,
+        effective_tok_s: 7.16,
+        reported_tok_s: 7.27,
+    };
+    assert_eq!(
+        cost.to_string(),
+        "mtp: drafting costs 0.0020 s/token on top of decode → 7.16 tok/s effective (vs 7.27 reported)"
+    );
     let out = format!(
-        "=== answer ===\nThe answer.\n=== perf ===\n{g}\n{c}\n{}\n{s}\n{mc}\n",
+        "=== answer ===\nThe answer.\n=== perf ===\n{g}\n{c}\n{}\n{s}\n{mc}\n{a}\n{cov}\n",
         "mode: expert streaming, cache auto, dense anon, overlap"
     );
     let r = PerfReport::parse(&out);
@@ -247,6 +285,8 @@ fn seed_summary_templates() {
     assert_eq!(r.generation, Some(g));
     assert_eq!(r.compute, Some(c));
     assert_eq!(r.moe_stream, Some(s));
+    assert_eq!(r.spec_acceptance, Some(a));
+    assert_eq!(r.ngram_coverage, Some(cov));
     assert!(r.errors.is_empty());
 }
 

@@ -12,8 +12,9 @@ use bmoe_telemetry::protocol::{
     Ready, Record, Request, ThinkCtl, parse_line,
 };
 use bmoe_telemetry::summary::{
-    CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeDrop, MoeOverlap,
-    MoePrefetch, MoeStream, Prefill, SummaryLine, parse_summary_line,
+    CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeChurn, MoeDrop, MoeOverlap,
+    MoePrefetch, MoeRouteAhead, MoeStream, MoeWaits, NgramCoverage, Prefill, SpecAcceptance,
+    SpecCost, SummaryLine, parse_summary_line,
 };
 use bmoe_telemetry::trace::{
     ComputeRow, DecodeTraceInfo, IoRow, LayerBytes, RouteRow, RouteTraceInfo, TraceReader,
@@ -553,11 +554,74 @@ fn summary_line() -> impl Strategy<Value = SummaryLine> {
     ]
 }
 
+fn summary_line_more() -> impl Strategy<Value = SummaryLine> {
+    prop_oneof![
+        (any::<u64>(), any::<u64>(), q(1)).prop_map(|(evictions, rereads, r)| {
+            SummaryLine::MoeChurn(MoeChurn {
+                evictions,
+                rereads,
+                rereads_per_token: r,
+            })
+        }),
+        (q(3), q(3)).prop_map(|(d, a)| SummaryLine::MoeWaits(MoeWaits {
+            drain_s_per_token: d,
+            adopt_s_per_token: a
+        })),
+        (any::<u64>(), any::<u64>(), any::<u64>(), q(1)).prop_map(
+            |(layers, committed, passed, agree_pct)| {
+                SummaryLine::MoeRouteAhead(MoeRouteAhead {
+                    layers,
+                    committed,
+                    passed,
+                    agree_pct,
+                })
+            }
+        ),
+        (
+            prop_oneof![Just("mtp"), Just("ngram")],
+            (
+                any::<u64>(),
+                any::<u64>(),
+                q(1),
+                q(2),
+                any::<u64>(),
+                any::<u64>()
+            )
+        )
+            .prop_map(|(src, (accepted, drafted, pct, t, decodes, tokens))| {
+                SummaryLine::SpecAcceptance(SpecAcceptance {
+                    source: src.to_string(),
+                    accepted,
+                    drafted,
+                    pct,
+                    tokens_per_decode: t,
+                    decodes,
+                    tokens,
+                })
+            }),
+        (prop_oneof![Just("mtp"), Just("ngram")], q(4), q(2), q(2)).prop_map(|(src, d, e, r)| {
+            SummaryLine::SpecCost(SpecCost {
+                source: src.to_string(),
+                draft_s_per_token: d,
+                effective_tok_s: e,
+                reported_tok_s: r,
+            })
+        }),
+        (any::<u64>(), any::<u64>(), q(1)).prop_map(|(drafted, steps, pct)| {
+            SummaryLine::NgramCoverage(NgramCoverage {
+                drafted,
+                steps,
+                pct,
+            })
+        }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn summary_lines_round_trip(l in summary_line()) {
+    fn summary_lines_round_trip(l in prop_oneof![summary_line(), summary_line_more()]) {
         let text = l.to_string();
         prop_assert_eq!(parse_summary_line(&text), Ok(Some(l)), "{}", text);
     }
