@@ -349,3 +349,25 @@ fn direct_and_buffered_writes_give_identical_files() {
         GgufModel::open(dir.path().join(format!("d{alignment}-00001-of-00002.gguf"))).unwrap();
     }
 }
+
+#[test]
+fn vocab_extra_grows_embeddings_and_token_list() {
+    let mut opts = SynthOptions::preset(Preset::Tiny);
+    opts.vocab_extra = 1000;
+    let plan = plan_model(&opts, Path::new("v.gguf")).unwrap();
+    let emb = plan
+        .tensors
+        .iter()
+        .find(|t| t.spec.name == "token_embd.weight")
+        .unwrap();
+    let n_tokens = match plan
+        .metadata
+        .iter()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+    {
+        Some((_, v)) => v.as_array().unwrap().values.len() as u64,
+        None => panic!("no token list"),
+    };
+    assert_eq!(emb.spec.dims, [opts.n_embd, n_tokens]);
+    assert_eq!(n_tokens, 256 + 8 + 1000 + 5);
+}

@@ -44,7 +44,7 @@ pub fn hint_for(err: &anyhow::Error) -> Option<String> {
         }
         GgufError::Io { .. } => "check the path, permissions and free disk space".into(),
         GgufError::Invalid(_) => {
-            "see `bmoe-bench model synth --help` for the valid ranges of each option".into()
+            "for `synth`, see `bmoe-bench model synth --help` for valid option values; for `inspect`, the file must be a GGUF model with `<arch>.block_count`".into()
         }
     })
 }
