@@ -4,6 +4,8 @@
 //! four bars that are attribution components, not a partition of wall time, never rescaled to
 //! 100 %; and a CPU-busy diagnostic with its own denominator.
 
+use bmoe_telemetry::attribution::{self, Threads, TokenTimes};
+
 use crate::model::Memory;
 
 /// Which measured term stands for the wall time lost to flash.
@@ -34,7 +36,9 @@ impl FlashTerm {
     }
 }
 
-/// The four attribution bars of one token (or of the run average), ms.
+/// The four attribution bars of one token (or of the run average), ms, with the wall they are
+/// drawn against. The arithmetic is `bmoe_telemetry::attribution`'s; this adds what drawing
+/// needs (the wall, which flash term was read, fill fractions).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bars {
     /// Token wall time the bars are drawn against.
@@ -48,9 +52,9 @@ pub struct Bars {
     pub flash_term: FlashTerm,
     /// Cache management.
     pub mgmt_ms: f64,
-    /// Non-negative wall remainder after the three above (off-CPU time). When compute is
-    /// unknown it also still contains compute, which [`Bars::compute_ms`] being `None` says.
-    pub unattributed_ms: f64,
+    /// Non-negative wall remainder after the three above (off-CPU time); `None` when compute
+    /// is unknown, because the remainder would then just be the engine's residual again.
+    pub unattributed_ms: Option<f64>,
 }
 
 impl Bars {
@@ -66,25 +70,25 @@ impl Bars {
         mgmt_ms: f64,
         overlap: bool,
     ) -> Self {
-        let flash_term = FlashTerm::for_overlap(overlap);
-        let flash_ms = finite_or_zero(match flash_term {
-            FlashTerm::Io => io_ms,
-            FlashTerm::Stall => stall_ms,
-        });
-        let compute_ms = match threads {
-            Some(t) if t > 0 && cpu_ms.is_finite() && cpu_ms > 0.0 => Some(cpu_ms / f64::from(t)),
-            _ => None,
+        let times = TokenTimes {
+            wall_ms: finite_or_zero(wall_ms),
+            io_ms: finite_or_zero(io_ms),
+            stall_ms: finite_or_zero(stall_ms),
+            mgmt_ms: finite_or_zero(mgmt_ms),
+            cpu_ms: finite_or_zero(cpu_ms),
         };
-        let mgmt_ms = finite_or_zero(mgmt_ms);
-        let wall = finite_or_zero(wall_ms);
-        let unattributed_ms = (wall - compute_ms.unwrap_or(0.0) - flash_ms - mgmt_ms).max(0.0);
+        let th = Threads {
+            compute: threads.unwrap_or(0),
+            io: 0,
+        };
+        let b = attribution::bars(&times, th, overlap);
         Bars {
-            wall_ms: wall,
-            compute_ms,
-            flash_ms,
-            flash_term,
-            mgmt_ms,
-            unattributed_ms,
+            wall_ms: times.wall_ms,
+            compute_ms: b.compute_ms,
+            flash_ms: b.flash_wait_ms,
+            flash_term: FlashTerm::for_overlap(overlap),
+            mgmt_ms: b.mgmt_ms,
+            unattributed_ms: b.unattributed_ms,
         }
     }
 
@@ -120,15 +124,25 @@ pub fn busy_threads(threads: Option<u32>, io_threads: Option<u32>, overlap: bool
     }
 }
 
-/// CPU-busy diagnostic, percent: `cpu ÷ (wall × busy threads)`. Its own denominator, not the
-/// compute bar's. `None` when CPU is unmeasured (0) or a count is unknown.
+/// CPU-busy diagnostic, percent: `cpu ÷ (wall × busy threads)` (`bmoe_telemetry::attribution`).
+/// Its own denominator, not the compute bar's. `None` when CPU is unmeasured (0) or a count is
+/// unknown.
 pub fn cpu_busy_pct(cpu_ms: f64, wall_ms: f64, busy_threads: Option<u32>) -> Option<f64> {
     let busy = busy_threads.filter(|b| *b > 0)?;
-    if cpu_ms.is_finite() && cpu_ms > 0.0 && wall_ms.is_finite() && wall_ms > 0.0 {
-        Some(cpu_ms / (wall_ms * f64::from(busy)) * 100.0)
-    } else {
-        None
-    }
+    let t = TokenTimes {
+        wall_ms: finite_or_zero(wall_ms),
+        cpu_ms: finite_or_zero(cpu_ms),
+        ..TokenTimes::default()
+    };
+    // `busy` already counts the lanes when they apply, so pass it as compute threads, serial.
+    attribution::cpu_busy_pct(
+        &t,
+        Threads {
+            compute: busy,
+            io: 0,
+        },
+        false,
+    )
 }
 
 /// Decode rate of one token group: `batch × 1000 ÷ wall_ms`.
@@ -192,7 +206,7 @@ mod tests {
         close(b.compute_ms.unwrap(), 300.0);
         close(b.flash_ms, 150.0);
         assert_eq!(b.flash_term, FlashTerm::Io);
-        close(b.unattributed_ms, 30.0);
+        close(b.unattributed_ms.unwrap(), 30.0);
         close(b.fill(300.0), 0.6);
         assert!(!b.overlapping());
     }
@@ -204,7 +218,7 @@ mod tests {
         let b = Bars::new(500.0, 800.0, Some(4), 1600.0, 380.0, 10.0, true);
         close(b.flash_ms, 380.0);
         assert_eq!(b.flash_term, FlashTerm::Stall);
-        close(b.unattributed_ms, 0.0);
+        close(b.unattributed_ms.unwrap(), 0.0);
         assert!(b.overlapping());
         // Not rescaled: each fill is against the wall alone.
         close(b.fill(380.0), 0.76);
@@ -215,7 +229,8 @@ mod tests {
     fn unmeasured_cpu_or_unknown_threads_leave_compute_unknown() {
         let b = Bars::new(400.0, 0.0, Some(4), 100.0, 0.0, 0.0, false);
         assert_eq!(b.compute_ms, None);
-        close(b.unattributed_ms, 300.0);
+        // without compute the remainder would be the residual again: not shown
+        assert_eq!(b.unattributed_ms, None);
         let b = Bars::new(400.0, 900.0, None, 100.0, 0.0, 0.0, false);
         assert_eq!(b.compute_ms, None);
         let b = Bars::new(f64::NAN, 900.0, Some(3), 100.0, 0.0, 0.0, false);

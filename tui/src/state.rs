@@ -667,7 +667,7 @@ mod tests {
         assert!((b.wall_ms - 250.0).abs() < 1e-9);
         assert!((b.compute_ms.unwrap() - 150.0).abs() < 1e-9);
         assert!((b.flash_ms - 20.0).abs() < 1e-9);
-        assert!((b.unattributed_ms - 70.0).abs() < 1e-9);
+        assert!((b.unattributed_ms.unwrap() - 70.0).abs() < 1e-9);
         // busy = 4 + 4 lanes
         assert_eq!(r.busy_threads(), Some(8));
     }

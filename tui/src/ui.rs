@@ -318,12 +318,10 @@ fn bar_lines(
         ("—".into(), "no streaming".into())
     };
     let _ = overlap;
-    let u_note = if b.overlapping() {
-        "clamped at 0".to_string()
-    } else if b.compute_ms.is_none() {
-        "incl. compute".to_string()
-    } else {
-        "off-CPU".to_string()
+    let (u_fill, u_val, u_note) = match b.unattributed_ms {
+        None => (0.0, "—".to_string(), "needs compute".to_string()),
+        Some(u) if b.overlapping() => (b.fill(u), ms(u), "clamped at 0".to_string()),
+        Some(u) => (b.fill(u), ms(u), "off-CPU".to_string()),
     };
     vec![
         bar(
@@ -355,8 +353,8 @@ fn bar_lines(
         ),
         bar(
             &format!("unattrib.{suffix}"),
-            b.fill(b.unattributed_ms),
-            ms(b.unattributed_ms),
+            u_fill,
+            u_val,
             u_note,
             theme.unattributed(),
             theme,

@@ -137,7 +137,7 @@ fn serial_run_80x24() {
     let b = app.run.live_bars().unwrap();
     assert_eq!(
         (b.compute_ms, b.flash_ms, b.mgmt_ms, b.unattributed_ms),
-        (Some(300.0), 150.0, 20.0, 30.0)
+        (Some(300.0), 150.0, 20.0, Some(30.0))
     );
     insta::assert_snapshot!("serial_80x24", render(&app, 80, 24));
 }
@@ -162,7 +162,7 @@ fn overlap_run_80x24() {
     // cpu 2400/4 = 600 > wall: 600 + 380 + 10 exceeds 500, remainder clamps to 0
     assert_eq!(
         (b.compute_ms, b.flash_ms, b.unattributed_ms),
-        (Some(600.0), 380.0, 0.0)
+        (Some(600.0), 380.0, Some(0.0))
     );
     assert!(b.overlapping());
     // busy threads 4 + 4 lanes: 2400 / (500 x 8) = 60 %
@@ -305,7 +305,7 @@ fn end_of_run_summary_80x24() {
     assert!((b.wall_ms - 455.0).abs() < 1e-9);
     assert_eq!(b.compute_ms, Some(300.0));
     assert!((b.flash_ms - 150.0).abs() < 1e-9);
-    assert_eq!(b.unattributed_ms, 0.0);
+    assert_eq!(b.unattributed_ms, Some(0.0));
     let screen = render(&app, 80, 24);
     assert!(screen.contains("tok/s"));
     insta::assert_snapshot!("end_of_run_80x24", screen);

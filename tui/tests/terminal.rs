@@ -1,0 +1,257 @@
+//! End-to-end: the real `bmoe-top` binary in a real terminal (tmux), driven by keys, read back
+//! with `capture-pane`. Skips with a printed reason when tmux is absent.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow};
+use bmoe_telemetry::protocol::Progress;
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+/// One tmux server of its own (own socket, no user config), killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(cmd: &str, w: u16, h: u16) -> Option<Tmux> {
+        if !Command::new("tmux")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            eprintln!("skipping: tmux is not installed (scripts/install-deps.sh installs it)");
+            return None;
+        }
+        let socket = format!(
+            "bmoe-top-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
+        // Keep the pane after the program exits so its exit code can be read.
+        let wrapped = format!("{cmd}; echo EXIT=$?; sleep 60");
+        let ok = Command::new("tmux")
+            .args([
+                "-L",
+                &socket,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "t",
+            ])
+            .args(["-x", &w.to_string(), "-y", &h.to_string()])
+            .args(["sh", "-c", &wrapped])
+            .env("TERM", "xterm-256color")
+            .env_remove("NO_COLOR")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux new-session failed");
+        Some(Tmux { socket })
+    }
+
+    fn capture(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p", "-t", "t"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            let ok = Command::new("tmux")
+                .args(["-L", &self.socket, "send-keys", "-t", "t", k])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "send-keys {k}");
+        }
+    }
+
+    /// Waits (up to 15 s) until the screen satisfies `pred`; returns the screen.
+    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let s = self.capture();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_bmoe-top")
+}
+
+fn write_csv(dir: &Path, rows: u64) -> PathBuf {
+    let path = dir.join("run.csv");
+    let info = RunInfo {
+        version: Some(2),
+        engine: Some("test".into()),
+        model: Some("Qwen3-30B-A3B-Q4_K_M.gguf".into()),
+        n_expert_used: Some(8),
+        threads: Some(4),
+        moe_stream: Some(true),
+        cache_mb: Some(3000),
+        io_threads: Some(4),
+        overlap: Some(true),
+        dense_weights: Some("anon".into()),
+        temp: Some(0.0),
+        ..RunInfo::default()
+    };
+    let mut w = MetricsWriter::create(&path, &info).unwrap();
+    for i in 1..=rows {
+        w.write_row(&TokenRow {
+            step: Some(i),
+            steps: Some(rows),
+            wall_ms: Some(50.0),
+            io_ms: Some(80.0),
+            stall_ms: Some(10.0),
+            mgmt_ms: Some(2.0),
+            cpu_ms: Some(120.0),
+            read_bytes: Some(50 << 20),
+            cache_hit_pct: Some(60.0),
+            majflt: Some(0),
+            loop_overhead_ms: Some(0.0),
+            ..TokenRow::default()
+        })
+        .unwrap();
+    }
+    let mut t = SummaryTrailer::new();
+    t.push("tokens", rows.to_string());
+    t.push("tok/s", "20.000");
+    t.push("s/tok", "0.050");
+    w.write_summary(&t).unwrap();
+    path
+}
+
+#[test]
+fn replay_in_a_real_terminal_pauses_steps_seeks_and_quits() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_csv(dir.path(), 100);
+    let cmd = format!("{} --replay {} --paused", bin(), csv.display());
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    let s = t.wait_for("paused start", |s| s.contains("token 0/100"));
+    assert!(s.contains("paused"), "{s}");
+    assert!(s.contains("Qwen3-30B-A3B-Q4_K_M"), "{s}");
+    t.keys(&["Right", "Right", "Right"]);
+    let s = t.wait_for("three steps", |s| s.contains("token 3/100"));
+    // 4 compute threads: compute bar 120/4 = 30 ms; overlap -> flash wait is the 10 ms stall
+    assert!(s.contains("30 ms cpu÷4"), "{s}");
+    assert!(s.contains("10 ms stall, overlap"), "{s}");
+    t.keys(&["Left"]);
+    t.wait_for("one step back", |s| s.contains("token 2/100"));
+    t.keys(&["?"]);
+    t.wait_for("help", |s| s.contains("pause / resume"));
+    t.keys(&["Escape", "+", "+"]);
+    t.wait_for("speed 4× ladder step", |s| s.contains("5× token 2/100"));
+    t.keys(&["Space"]);
+    let s = t.wait_for("end of replay", |s| s.contains("token 100/100"));
+    let s = if s.contains("done (# summary)") {
+        s
+    } else {
+        t.wait_for("summary", |s| s.contains("done (# summary)"))
+    };
+    assert!(s.contains("avg"), "{s}");
+    t.keys(&["t"]);
+    t.wait_for("details pane", |s| {
+        s.contains("reading as: overlap (stated)")
+    });
+    t.keys(&["q"]);
+    t.wait_for("clean exit", |s| s.contains("EXIT=0"));
+}
+
+fn progress_line(i: u64, n: u64, text: &str) -> String {
+    Progress {
+        step: i,
+        steps: n,
+        wall_ms: 100.0,
+        io_ms: 40.0,
+        compute_ms: 50.0,
+        mgmt_ms: 10.0,
+        read_mb: 20.0,
+        cache_hit_pct: 70.0,
+        cpu_ms: 300.0,
+        delta_text: text.into(),
+        ..Progress::default()
+    }
+    .to_line()
+}
+
+#[test]
+fn spawned_child_streams_and_ctrl_c_reaches_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = dir.path().join("lines.txt");
+    let body: Vec<String> = (1..=5)
+        .map(|i| progress_line(i, 5, &format!("w{i} ")))
+        .collect();
+    std::fs::write(&lines, body.join("\n") + "\n").unwrap();
+    // A real child: prints protocol lines, then waits until SIGINT, which it reports on stderr
+    // and answers with exit code 7.
+    let script = dir.path().join("engine.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "trap 'echo got SIGINT >&2; exit 7' INT\ncat {}\necho 'engine log line' >&2\nwhile :; do sleep 0.05; done\n",
+            lines.display()
+        ),
+    )
+    .unwrap();
+    let cmd = format!("{} -- sh {}", bin(), script.display());
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    let s = t.wait_for("streamed tokens", |s| s.contains("token 5/5"));
+    assert!(s.contains("w1 w2 w3 w4 w5"), "{s}");
+    t.keys(&["C-c"]);
+    let s = t.wait_for("child exit", |s| s.contains("exit status: 7"));
+    assert!(!s.contains("EXIT="), "bmoe-top must outlive its child: {s}");
+    t.keys(&["t"]);
+    t.wait_for("stderr in the log pane", |s| s.contains("got SIGINT"));
+    t.keys(&["q"]);
+    t.wait_for("clean exit", |s| s.contains("EXIT=0"));
+}
+
+#[test]
+fn stdin_source_with_malformed_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = dir.path().join("lines.txt");
+    let mut body: Vec<String> = (1..=4).map(|i| progress_line(i, 4, "x ")).collect();
+    body.insert(2, "BMOE_PROGRESS {broken".into());
+    std::fs::write(&lines, body.join("\n") + "\n").unwrap();
+    let cmd = format!("cat {} | {} --threads 2", lines.display(), bin());
+    let Some(t) = Tmux::start(&cmd, 100, 30) else {
+        return;
+    };
+    let s = t.wait_for("stdin end", |s| s.contains("stdin closed"));
+    assert!(s.contains("token 4/4"), "{s}");
+    assert!(s.contains("1 malformed ignored (line 3"), "{s}");
+    // --threads 2: compute = 300 / 2 = 150 ms
+    assert!(s.contains("150 ms cpu÷2"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("clean exit", |s| s.contains("EXIT=0"));
+}
