@@ -12,6 +12,7 @@
 //! | metrics CSV v0/v1/v2 | [`metrics`] | [`metrics::MetricsReader`], [`metrics::MetricsFile`] | [`metrics::MetricsWriter`] |
 //! | route / compute / io trace v1 | [`trace`] | [`trace::TraceReader`] | [`trace::TraceWriter`] |
 //! | `.metrics` sidecar, `key=value` lines | [`kv`] | [`kv::read_sidecar`], [`kv::parse_kv_line`] | [`kv::format_kv_line`] |
+//! | `delta_text` / `reset` semantics | [`deltas`] | [`deltas::TextAccumulator`] | [`deltas::DeltaEncoder`] |
 //! | which of the above a file is | [`detect`] | [`detect::detect_format`] | |
 //! | where a token's time went | [`attribution`] | pure functions | |
 //!
@@ -131,6 +132,7 @@
 
 pub mod attribution;
 pub mod cell;
+pub mod deltas;
 pub mod detect;
 pub mod error;
 pub mod kv;

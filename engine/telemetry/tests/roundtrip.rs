@@ -626,3 +626,40 @@ proptest! {
         prop_assert_eq!(parse_summary_line(&text), Ok(Some(l)), "{}", text);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// text deltas
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever sequence of (reasoning, answer) states the engine goes through — appends,
+    /// reclassifications, rewrites — the reader ends every line holding exactly that state,
+    /// through the wire format.
+    #[test]
+    fn deltas_reproduce_every_state(states in proptest::collection::vec(
+        prop_oneof![
+            // Mostly growth, sometimes an arbitrary rewrite.
+            3 => ("[a-zé<>/ ]{0,4}", "[a-zé<>/ ]{0,4}").prop_map(|(r, t)| (r, t, true)),
+            1 => ("[a-zé]{0,6}", "[a-zé]{0,6}").prop_map(|(r, t)| (r, t, false)),
+        ], 1..20)) {
+        use bmoe_telemetry::deltas::{DeltaEncoder, TextAccumulator};
+        let (mut enc, mut acc) = (DeltaEncoder::new(), TextAccumulator::new());
+        let (mut reasoning, mut text) = (String::new(), String::new());
+        for (r, t, grow) in states {
+            if grow {
+                reasoning.push_str(&r);
+                text.push_str(&t);
+            } else {
+                reasoning = r;
+                text = t;
+            }
+            let mut p = Progress::default();
+            enc.fill(&mut p, &reasoning, &text);
+            let Record::Progress(wire) = parse_record(&p.to_line()) else { panic!("kind") };
+            acc.apply(&wire);
+            prop_assert_eq!(acc.reasoning(), reasoning.as_str());
+            prop_assert_eq!(acc.text(), text.as_str());
+        }
+    }
+}
