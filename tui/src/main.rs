@@ -145,8 +145,11 @@ fn run() -> Result<()> {
     } else if !cli.command.is_empty() {
         let mut base = base_config(&cli);
         base.merge(&argv::facts(&cli.command));
-        let mut app = App::new(SourceKind::Spawn, cli.command.join(" "), base);
-        child = Some(source::spawn(&cli.command, cli.log.as_deref(), &tx)?);
+        let c = source::spawn(&cli.command, cli.log.as_deref(), &tx)?;
+        // The argv's facts go to the run label and the details pane; the header names the program.
+        let prog = cli.command[0].rsplit('/').next().unwrap_or(&cli.command[0]);
+        let mut app = App::new(SourceKind::Spawn, format!("{prog} (pid {})", c.id()), base);
+        child = Some(c);
         app.child_alive = true;
         app
     } else {

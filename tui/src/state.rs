@@ -515,8 +515,14 @@ impl App {
         let end = if n == self.token_at.len() {
             self.timeline.len()
         } else {
-            // up to and including the events before token n+1
-            self.token_at[n]
+            // up to the events before token n+1, except a `Begin` there: that opens the next
+            // generation and rides with its first token, so a turn's summary stays in view.
+            let floor = if n == 0 { 0 } else { self.token_at[n - 1] + 1 };
+            let mut end = self.token_at[n];
+            while end > floor && matches!(self.timeline[end - 1], Event::Begin) {
+                end -= 1;
+            }
+            end
         };
         self.apply_to(end);
     }

@@ -177,7 +177,13 @@ fn telemetry(f: &mut Frame, app: &App, theme: &Theme, area: Rect) {
     let run = &app.run;
     let avg = run.summary.is_some();
     let mut lines: Vec<Line> = Vec::with_capacity(TELEMETRY_H as usize);
-    lines.push(headline(run, theme, area.width, avg));
+    // Before the first token of a replay, the steps of the run to come.
+    let steps = if run.steps == 0 {
+        app.next_token().map_or(0, |t| t.steps)
+    } else {
+        run.steps
+    };
+    lines.push(headline(run, steps, theme, area.width, avg));
     let bars = if avg { run.avg_bars() } else { run.live_bars() };
     lines.extend(bar_lines(run, bars, theme, area.width, avg));
     lines.push(diag_line(run, theme, avg));
@@ -191,7 +197,7 @@ fn telemetry(f: &mut Frame, app: &App, theme: &Theme, area: Rect) {
     sparklines(f, run, theme, spark_area);
 }
 
-fn headline(run: &RunState, theme: &Theme, width: u16, avg: bool) -> Line<'static> {
+fn headline(run: &RunState, steps: u64, theme: &Theme, width: u16, avg: bool) -> Line<'static> {
     let mut spans = Vec::new();
     if avg {
         let n = run
@@ -229,8 +235,8 @@ fn headline(run: &RunState, theme: &Theme, width: u16, avg: bool) -> Line<'stati
         ));
     }
     let used: usize = spans.iter().map(|s| s.content.chars().count()).sum();
-    let progress = format!("  token {}/{} ", run.step, run.steps);
-    let pct = figures::progress(run.step, run.steps);
+    let progress = format!("  token {}/{steps} ", run.step);
+    let pct = figures::progress(run.step, steps);
     let pct_txt = format!(" {:>3.0}%", pct * 100.0);
     let bar_w = (width as usize)
         .saturating_sub(used + progress.chars().count() + pct_txt.len() + 1)
@@ -594,7 +600,10 @@ pub fn summary_lines(run: &RunState, theme: &Theme, width: u16) -> Vec<Line<'sta
     if let Some(h) = s.cache_hit_pct.filter(|h| *h >= 0.0) {
         segs.push(format!("hit {h:.1}%"));
     }
-    if let (Some(res), Some(bud)) = (s.cache_resident_mib, s.cache_budget_mib) {
+    if let (Some(res), Some(bud)) = (
+        s.cache_resident_mib,
+        s.cache_budget_mib.filter(|b| *b > 0.0),
+    ) {
         segs.push(format!("cache {res:.0}/{bud:.0} MiB"));
     }
     if let (Some(d), Some(r)) = (s.experts_dropped, s.experts_routed)

@@ -506,3 +506,61 @@ fn realdata_replays_when_present() {
     assert!(n >= 10, "only {n} metrics CSVs found");
     let _ = Event::Begin;
 }
+
+#[test]
+fn session_csv_turns_replay_in_order_with_their_summaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session.csv");
+    let info = RunInfo {
+        version: Some(2),
+        threads: Some(2),
+        ..RunInfo::default()
+    };
+    let mut w = MetricsWriter::create(&path, &info).unwrap();
+    for (turn, n, tok_s) in [(0u64, 3u64, "5.0"), (1, 2, "2.5")] {
+        for i in 1..=n {
+            w.write_row(&TokenRow {
+                step: Some(i),
+                steps: Some(n),
+                wall_ms: Some(100.0 * (turn + 1) as f64),
+                cpu_ms: Some(100.0),
+                turn: Some(turn),
+                ..TokenRow::default()
+            })
+            .unwrap();
+        }
+        let mut t = SummaryTrailer::new();
+        t.push("tokens", n.to_string());
+        t.push("tok/s", tok_s);
+        w.write_summary(&t).unwrap();
+    }
+    drop(w);
+    let events = replay::load(&path).unwrap();
+    let shape: String = events
+        .iter()
+        .map(|e| match e {
+            Event::Config(_) => 'C',
+            Event::Begin => 'B',
+            Event::Token(..) => 't',
+            Event::Summary(_) => 'S',
+            _ => '?',
+        })
+        .collect();
+    assert_eq!(shape, "CBtttSBttS");
+    let mut app = App::new(SourceKind::Replay, "r", RunConfig::default());
+    for e in events {
+        app.push(e);
+    }
+    app.seek_tokens(3);
+    // end of turn 0: its summary is in view, averages from it
+    assert_eq!(app.run.avg_tok_s(), Some(5.0));
+    app.step_forward();
+    // turn 1 started: live again, its own sums (one token of 200 ms -> 5 tok/s live)
+    assert!(app.run.summary.is_none());
+    assert_eq!(app.run.totals.tokens, 1);
+    assert_eq!(app.run.live_tok_s(), Some(5.0));
+    app.seek_tokens(usize::MAX);
+    assert_eq!(app.run.avg_tok_s(), Some(2.5));
+    // compute bar per token: cpu 100 / 2 threads = 50
+    assert_eq!(app.run.live_bars().unwrap().compute_ms, Some(50.0));
+}
