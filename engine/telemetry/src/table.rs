@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::kv::{KvMap, parse_kv_line};
 
+/// Longest line a table reader accepts (telemetry lines are well under a KiB).
+pub const MAX_LINE_BYTES: usize = 4 << 20;
+
 /// The lines before the header row.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Preamble {
@@ -304,8 +307,10 @@ impl<R: BufRead> TableReader<R> {
     /// Reads one raw line into `self.raw`; false at EOF.
     fn read_raw(&mut self) -> Result<bool> {
         self.raw.clear();
-        let n = self
-            .src
+        // Bounded, so a file without line ends (a binary, a wrong path) cannot make the
+        // reader buffer all of it.
+        let n = (&mut self.src)
+            .take(MAX_LINE_BYTES as u64 + 1)
             .read_until(b'\n', &mut self.raw)
             .map_err(|e| Error::io(&self.path, e))?;
         if n == 0 {
@@ -313,6 +318,19 @@ impl<R: BufRead> TableReader<R> {
         }
         self.line_no += 1;
         self.last_complete = self.raw.last() == Some(&b'\n');
+        if self.raw.len() > MAX_LINE_BYTES {
+            // Not a line cut short at the end of the file: a hard error, never a
+            // truncation flag.
+            self.last_complete = true;
+            return Err(Error::line(
+                &self.path,
+                self.line_no,
+                format!(
+                    "line longer than {} MiB: this is not a bmoe telemetry file (or it is corrupted)",
+                    MAX_LINE_BYTES >> 20
+                ),
+            ));
+        }
         Ok(true)
     }
 }
@@ -547,6 +565,28 @@ mod tests {
         let mut t = TableReader::new("a,b\n1,\"x\n".as_bytes(), "mem").expect("open");
         let e = t.next_line().expect_err("must fail");
         assert!(e.to_string().contains("mem:2"), "{e}");
+    }
+
+    #[test]
+    fn endless_line_is_an_error_not_a_huge_buffer() {
+        let big = vec![b'x'; MAX_LINE_BYTES + 10];
+        let e = TableReader::new(big.as_slice(), "bin")
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(
+            e.contains("bin:1") && e.contains("not a bmoe telemetry file"),
+            "{e}"
+        );
+        let mut text = b"a,b\n".to_vec();
+        text.extend_from_slice(&big);
+        let mut t = TableReader::new(text.as_slice(), "bin").expect("header");
+        assert!(t.next_line().is_err());
+        // Typed readers report it as an error, not as a cut last line.
+        let file = [b"step,wall_ms\n".as_slice(), &big, b"\n1,2\n"].concat();
+        let mut r = crate::metrics::MetricsReader::new(file.as_slice(), "m").expect("header");
+        assert!(r.next().is_some_and(|x| x.is_err()));
+        assert!(r.truncated().is_none());
     }
 
     #[test]
