@@ -58,6 +58,17 @@ pub struct LayerInfo {
     pub dense_bytes: u64,
 }
 
+impl LayerInfo {
+    /// Where expert `e` of this layer lives: one `(shard, file offset, bytes)` per projection,
+    /// in file order.
+    pub fn expert_ranges(&self, e: u64) -> Vec<(usize, u64, u64)> {
+        self.expert_tensors
+            .iter()
+            .map(|t| (t.shard, t.expert_offset(e), t.nb2))
+            .collect()
+    }
+}
+
 /// One file of the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ShardInfo {

@@ -318,29 +318,53 @@ pub fn write_files_with(
     progress: &mut dyn FnMut(u64),
     direct: DirectIo,
 ) -> Result<()> {
+    // Each file is written under a temporary name and renamed once complete and synced (the
+    // first shard last), so a killed run never leaves a complete-looking model behind.
+    let mut partials: Vec<(PathBuf, &Path)> = Vec::with_capacity(layouts.len());
+    let cleanup = |partials: &[(PathBuf, &Path)]| {
+        for (tmp, _) in partials {
+            let _ = std::fs::remove_file(tmp);
+        }
+    };
     for layout in layouts {
         let use_direct = match direct {
             DirectIo::Auto => layout.file_len >= 64 << 20,
             DirectIo::Always => true,
             DirectIo::Never => false,
         };
-        let res = write_one(layout, specs, fill, progress, use_direct);
-        if res.is_err() {
-            let _ = std::fs::remove_file(&layout.path);
-            return res;
+        let tmp = partial_path(&layout.path);
+        partials.push((tmp.clone(), &layout.path));
+        if let Err(e) = write_one(layout, &tmp, specs, fill, progress, use_direct) {
+            cleanup(&partials);
+            return Err(e);
+        }
+    }
+    for (i, (tmp, path)) in partials.iter().enumerate().rev() {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            cleanup(&partials[..=i]);
+            return Err(GgufError::io(*path, e));
         }
     }
     Ok(())
 }
 
+/// `dir/name.gguf` → `dir/.name.gguf.partial-<pid>`.
+fn partial_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+}
+
 fn write_one(
     layout: &FileLayout,
+    path: &Path,
     specs: &[TensorSpec],
     fill: &mut dyn TensorFill,
     progress: &mut dyn FnMut(u64),
     direct: bool,
 ) -> Result<()> {
-    let path = &layout.path;
     let mut sink = Sink::create(path, direct, CHUNK).map_err(|e| GgufError::io(path, e))?;
     let (to_writer, writer_rx) = mpsc::sync_channel::<Vec<u8>>(3);
     let (to_gen, free_rx) = mpsc::channel::<Vec<u8>>();

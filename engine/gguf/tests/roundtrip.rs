@@ -371,3 +371,29 @@ fn vocab_extra_grows_embeddings_and_token_list() {
     assert_eq!(emb.spec.dims, [opts.n_embd, n_tokens]);
     assert_eq!(n_tokens, 256 + 8 + 1000 + 5);
 }
+
+#[test]
+fn writes_leave_only_complete_files_and_expert_ranges_point_at_experts() {
+    let dir = tmp();
+    let mut opts = SynthOptions::preset(Preset::Tiny);
+    opts.n_split = 2;
+    let s = write_model(&opts, &dir.path().join("m.gguf")).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["m-00001-of-00002.gguf", "m-00002-of-00002.gguf"]);
+    let model = GgufModel::open(&s.paths[0]).unwrap();
+    let l1 = &s.info.layers[1];
+    let ranges = l1.expert_ranges(5);
+    assert_eq!(ranges.len(), 3);
+    for ((shard, off, len), t) in ranges.iter().zip(&l1.expert_tensors) {
+        let mt = model.tensor(&t.name).unwrap();
+        assert_eq!(*shard, mt.shard);
+        let file = &model.shards()[*shard];
+        let whole = model.tensor_data(mt);
+        let slice = &file.bytes()[*off as usize..(*off + *len) as usize];
+        assert!(slice == &whole[5 * *len as usize..6 * *len as usize]);
+    }
+}
