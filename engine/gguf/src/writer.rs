@@ -365,7 +365,7 @@ fn write_one(
     progress: &mut dyn FnMut(u64),
     direct: bool,
 ) -> Result<()> {
-    let mut sink = Sink::create(path, direct, CHUNK).map_err(|e| GgufError::io(path, e))?;
+    let mut sink = Sink::create(path, direct, CHUNK).map_err(|e| GgufError::io(&layout.path, e))?;
     let (to_writer, writer_rx) = mpsc::sync_channel::<Vec<u8>>(3);
     let (to_gen, free_rx) = mpsc::channel::<Vec<u8>>();
     for _ in 0..4 {
@@ -419,13 +419,13 @@ fn write_one(
         // `produce` owned the only sender clone through the closure; dropping it ends the writer.
         drop(to_writer);
         let written = writer.join().map_err(|_| {
-            GgufError::Invalid(format!("{}: writer thread panicked", path.display()))
+            GgufError::Invalid(format!("{}: writer thread panicked", layout.path.display()))
         })?;
-        written.map_err(|e| GgufError::io(path, e))?;
+        written.map_err(|e| GgufError::io(&layout.path, e))?;
         if produced.is_err() {
             return Err(GgufError::Invalid(format!(
                 "{}: tensor generation stopped early",
-                path.display()
+                layout.path.display()
             )));
         }
         Ok(())
