@@ -320,6 +320,11 @@ fn bad_options_are_clear_errors() {
         e.contains("ffn_down_exps") || e.contains("ffn_gate_exps"),
         "{e}"
     );
+    let o = SynthOptions::preset(Preset::Tiny);
+    let e = write_model(&o, Path::new("/nonexistent-bmoe-dir/x.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("/nonexistent-bmoe-dir/x.gguf:"), "{e}");
 }
 
 #[test]
