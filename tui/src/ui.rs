@@ -415,10 +415,15 @@ fn diag_line(run: &RunState, theme: &Theme, avg: bool) -> Line<'static> {
             None => (0.0, 0.0, None),
         }
     };
+    // The platforms that cannot count faults cannot time CPU either: both read 0 there.
+    let faults = faults.filter(|_| cpu > 0.0);
     match (figures::cpu_busy_pct(cpu, wall, busy), busy) {
         (Some(p), Some(b)) => spans.push(Span::raw(format!("CPU {p:.0}% busy of {b} thr"))),
         (None, None) if cpu > 0.0 => spans.push(Span::styled("CPU busy: threads ?", theme.dim())),
         _ => spans.push(Span::styled("CPU busy —", theme.dim())),
+    }
+    if faults.is_none() {
+        spans.push(Span::styled(" · majflt —", theme.dim()));
     }
     if let Some(fl) = faults {
         spans.push(Span::raw(format!(
@@ -782,6 +787,8 @@ fn status_line(app: &App, theme: &Theme) -> Paragraph<'static> {
         "⏸ paused"
     } else if run.ended.is_some() && app.at_end() {
         "■ ended"
+    } else if app.kind == SourceKind::Replay && app.at_end() {
+        "■ end of file"
     } else {
         "▶"
     };
