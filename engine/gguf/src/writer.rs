@@ -184,7 +184,9 @@ pub fn layout_file(
         h.extend_from_slice(&s.ggml_type.id().to_le_bytes());
         h.extend_from_slice(&rel.to_le_bytes());
         rels.push(rel);
-        rel = pad_to(rel + s.n_bytes()?, alignment)
+        rel = rel
+            .checked_add(s.n_bytes()?)
+            .and_then(|end| pad_to(end, alignment))
             .ok_or_else(|| GgufError::Invalid("model size overflows u64".into()))?;
     }
     let data_offset = pad_to(h.len() as u64, alignment).unwrap_or(u64::MAX);

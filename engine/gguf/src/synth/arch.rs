@@ -134,7 +134,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
             MetaValue::U32(if o.arch == Arch::Gemma4 {
                 o.n_ff_shexp as u32
             } else {
-                (ff * u64::from(o.n_expert_used)) as u32
+                (ff * u64::from(o.n_expert_used)).min(u64::from(u32::MAX)) as u32
             }),
         ),
         (kv("attention.head_count"), MetaValue::U32(o.n_head as u32)),

@@ -192,6 +192,17 @@ impl SynthOptions {
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("head dim {} must be even and > 0", self.head_dim));
         }
+        let dims = [
+            self.n_embd,
+            self.n_ff_exp,
+            self.n_ff_shexp,
+            self.n_head,
+            self.n_head_kv,
+            self.head_dim,
+        ];
+        if dims.iter().any(|&d| d > u64::from(u32::MAX)) {
+            return bad(format!("dimensions {dims:?} must each fit in a u32"));
+        }
         if !(self.router_skew.is_finite() && self.router_skew >= 0.0) {
             return bad(format!(
                 "router skew {} must be finite and ≥ 0",
