@@ -39,7 +39,7 @@ fn naive_route(path: &std::path::Path) -> u64 {
             .map(|&i| f[i].trim().parse::<u64>().expect("int"))
             .collect();
         let step: i64 = f[2].trim().parse().expect("step");
-        let w: f32 = f[6].trim().parse().expect("weight");
+        let w: f64 = f[6].trim().parse().expect("weight");
         let dropped = f[9].trim() == "1";
         sum = sum.wrapping_add(ints[4] + step as u64 + w as u64 + u64::from(dropped));
         n += 1;
@@ -80,7 +80,7 @@ fn main() {
             layer: ((i / 6) % 48) as u32,
             slot: (i % 6) as u32,
             expert: ((i * 2_654_435_761) % 128) as u32,
-            weight: (i % 1000) as f32 / 1000.0,
+            weight: f64::from(i % 1000) / 1000.0,
             residency: (i % 3) as u8,
             expert_bytes: 3_059_712,
             dropped: Some(false),

@@ -261,6 +261,51 @@ pub fn write_f64(x: f64, out: &mut String, decimals: usize) {
     }
 }
 
+/// Writes a float as C's `printf("%.<sig>g")` does: `sig` significant digits, fixed notation
+/// for decimal exponents in `-4..sig`, scientific (`1.23457e-05`) otherwise, trailing zeros
+/// removed; `nan`/`inf`/`-inf` for non-finite values. Routing weights use `%.6g` — the format
+/// every recorded route trace has — so a trace written by bmoe reads like the phone traces.
+pub fn write_g(x: f64, sig: usize, out: &mut String) {
+    if !x.is_finite() {
+        write_f64(x, out, SHORTEST);
+        return;
+    }
+    if x == 0.0 {
+        out.push_str(if x.is_sign_negative() { "-0" } else { "0" });
+        return;
+    }
+    let sig = sig.max(1);
+    // `{:e}` rounds to `sig` significant digits correctly; its exponent decides the notation,
+    // exactly as C decides it from the rounded value.
+    let sci = format!("{:.*e}", sig - 1, x);
+    let (mantissa, exp) = match sci.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
+        None => (sci.as_str(), 0),
+    };
+    if exp < -4 || exp >= sig as i32 {
+        out.push_str(trim_fraction_zeros(mantissa));
+        let _ = write!(
+            out,
+            "e{}{:02}",
+            if exp < 0 { '-' } else { '+' },
+            exp.unsigned_abs()
+        );
+    } else {
+        let decimals = (sig as i32 - 1 - exp).max(0) as usize;
+        let fixed = format!("{x:.decimals$}");
+        out.push_str(trim_fraction_zeros(&fixed));
+    }
+}
+
+/// `1.2300` → `1.23`, `2.000` → `2`; strings without a `.` are returned unchanged.
+fn trim_fraction_zeros(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
 /// What a float reads back as after being written with `decimals` — the identity for
 /// [`SHORTEST`]. Useful to state round-trip properties.
 pub fn quantize(x: f64, decimals: usize) -> f64 {
@@ -339,5 +384,41 @@ mod tests {
         write_f64(0.125, &mut s, 2);
         assert_eq!(s, "0.12"); // ties to even on the exact binary value, as printf
         assert_eq!(quantize(1.23456, 3), 1.235);
+    }
+}
+
+#[cfg(test)]
+mod g_format_tests {
+    use super::write_g;
+
+    fn g6(x: f64) -> String {
+        let mut s = String::new();
+        write_g(x, 6, &mut s);
+        s
+    }
+
+    #[test]
+    fn matches_c_printf_percent_6g() {
+        // Expected strings are what glibc's printf("%.6g") prints for these doubles.
+        let cases: &[(f64, &str)] = &[
+            (0.221297, "0.221297"),
+            (1.23457e-05, "1.23457e-05"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (0.5, "0.5"),
+            (1.0, "1"),
+            (123456.0, "123456"),
+            (1234567.0, "1.23457e+06"),
+            (-0.125, "-0.125"),
+            (f64::from(0.1f32), "0.1"),
+            (0.9999995, "1"),
+            (99999.95, "99999.9"),
+            (999999.5, "1e+06"),
+            (0.0, "0"),
+            (f64::NAN, "nan"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(g6(*x), *want, "{x:e}");
+        }
     }
 }

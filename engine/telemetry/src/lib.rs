@@ -30,7 +30,7 @@
 //!   non-finite values are `null` (read back as NaN; in `choice_logp`, `null` is −∞).
 //! * **CSV floats** use the archived engine's fixed decimals per column
 //!   ([`metrics::TOKEN_DECIMALS`]), so a rewritten real file is byte-identical; route weights
-//!   are written as the shortest exact `f32`, `nan` when unknown.
+//!   are read as exact `f64` and written as `%.6g`, `nan` when unknown.
 //! * **Values with spaces** in `#` preambles: a word without `=` continues the previous value
 //!   (see [`kv`] for the exact rule and what the writer refuses).
 //! * **Flushing.** [`metrics::MetricsWriter`] flushes every row (a killed run keeps every

@@ -32,7 +32,7 @@
 //! };
 //! let mut w = TraceWriter::new(Vec::new(), &info)?;
 //! w.write_row(&RouteRow { turn: 0, phase: 1, step: 5, layer: 0, slot: 0, expert: 3,
-//!     weight: f32::NAN, residency: 0, expert_bytes: 4096, dropped: Some(false) })?;
+//!     weight: f64::NAN, residency: 0, expert_bytes: 4096, dropped: Some(false) })?;
 //! let bytes = w.into_inner()?;
 //! let mut r = TraceReader::<_, RouteRow>::new(bytes.as_slice(), "mem")?;
 //! assert_eq!(r.info().layers[0].expert_bytes, 4096);
@@ -57,6 +57,9 @@ use crate::table::{
 pub const PHASE_PREFILL: u8 = 0;
 /// `phase` value of a decode row (one token per step).
 pub const PHASE_DECODE: u8 = 1;
+
+/// Significant digits of the route trace's `weight` column (`%.6g`, as recorded traces have).
+pub const WEIGHT_SIGNIFICANT_DIGITS: usize = 6;
 
 /// Route trace columns, in order (`dropped` was appended within v1).
 pub const ROUTE_COLUMNS: [&str; 10] = [
@@ -283,9 +286,11 @@ pub struct RouteRow {
     pub slot: u32,
     /// The routed expert id.
     pub expert: u32,
-    /// Final applied routing weight; NaN = unknown (the graph exposed none), never 0. Written
-    /// in its shortest exact `f32` form, `nan` for NaN.
-    pub weight: f32,
+    /// Final applied routing weight; NaN = unknown (the graph exposed none), never 0. Read as
+    /// the exact `f64` of the text (analyses sum and round it); written as C's `%.6g` (the
+    /// format of every recorded trace), `nan` for NaN. An engine holding an `f32` weight
+    /// widens it (`w as f64`), which is what C's printf does too.
+    pub weight: f64,
     /// 0 miss, 1 hit, 2 hit on a speculative prefetch's first touch.
     pub residency: u8,
     /// Flash bytes this routing read (0 unless it was the read).
@@ -326,7 +331,7 @@ impl TraceRow for RouteRow {
             "{},{},{},{},{},{},",
             self.turn, self.phase, self.step, self.layer, self.slot, self.expert
         );
-        self.weight.write(out, SHORTEST);
+        crate::cell::write_g(self.weight, WEIGHT_SIGNIFICANT_DIGITS, out);
         let _ = write!(out, ",{},{},", self.residency, self.expert_bytes);
         if let Some(d) = self.dropped {
             d.write(out, 0);

@@ -219,7 +219,11 @@ fn generated_corpus() -> Vec<(FileKind, Vec<u8>)> {
             layer: i % 8,
             slot: i % 2,
             expert: i * 7 % 128,
-            weight: if i % 5 == 0 { f32::NAN } else { 0.1 * i as f32 },
+            weight: if i % 5 == 0 {
+                f64::NAN
+            } else {
+                0.1 * f64::from(i)
+            },
             residency: (i % 3) as u8,
             expert_bytes: 3_059_712,
             dropped: Some(i % 7 == 0),
