@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use bmoe_analyze::route::{
     self, CellMode, MatrixOptions, Phase, RouteFilter, RouteTrace, Span, View,
 };
-use bmoe_analyze::{AnalyzeError, Result, decode, drop, replay};
+use bmoe_analyze::{AnalyzeError, Result, decode, drop, metrics, replay};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -35,6 +35,31 @@ enum Command {
     Compute(ComputeArgs),
     /// Io-trace report: bandwidth, latency, sizes, lanes (decode-analyze io).
     Io(IoArgs),
+    /// Metrics CSVs: bench-analyze tables for a session directory, per-run bootstrap CIs.
+    Metrics(MetricsArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(infer_long_args = true)]
+struct MetricsArgs {
+    /// A session directory (bench-analyze tables) or metrics CSV files / directories of them.
+    #[arg(required_unless_present = "compare")]
+    paths: Vec<PathBuf>,
+    /// Compare two runs: ratio of mean token time A/B with its bootstrap 95% CI.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    compare: Option<Vec<PathBuf>>,
+    /// Session directory mode: also write bench-analyze's markdown summary to this file.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Session directory mode: append the per-run CI table.
+    #[arg(long)]
+    ci: bool,
+    /// Drop this many leading token rows (warm-up) before the statistics.
+    #[arg(long, default_value_t = 0)]
+    trim: usize,
+    /// Output format (json: per-run statistics).
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
 }
 
 #[derive(Args, Debug)]
@@ -231,6 +256,82 @@ fn run_drop(a: &DropArgs) -> Result<String> {
     std::process::exit(1);
 }
 
+fn read_run(path: &std::path::Path, trim: usize) -> Result<metrics::RunStats> {
+    metrics::RunStats::read(path, trim)?.ok_or_else(|| {
+        AnalyzeError::Empty(format!(
+            "{}: no wall_ms values (no token rows) after --trim {trim}",
+            path.display()
+        ))
+    })
+}
+
+fn run_metrics(a: &MetricsArgs) -> Result<String> {
+    if let Some(pair) = &a.compare {
+        let (x, y) = (read_run(&pair[0], a.trim)?, read_run(&pair[1], a.trim)?);
+        return match a.format {
+            Format::Json => {
+                let ci = bmoe_stats::bootstrap_ratio_of_means_ci(
+                    &x.walls,
+                    &y.walls,
+                    metrics::RESAMPLES,
+                    0.95,
+                    metrics::SEED,
+                );
+                Ok(format!(
+                    "{:#}\n",
+                    serde_json::json!({"a": metrics::runs_json(std::slice::from_ref(&x)), "b": metrics::runs_json(std::slice::from_ref(&y)),
+                        "ratio_a_over_b": ci.map(|c| c.estimate), "ci95_low": ci.map(|c| c.low), "ci95_high": ci.map(|c| c.high)})
+                ))
+            }
+            _ => metrics::compare(&x, &y),
+        };
+    }
+    if let [dir] = a.paths.as_slice()
+        && dir.is_dir()
+        && a.format == Format::Text
+    {
+        let (mut out, md, runs) = metrics::bench_dir(dir)?;
+        if let Some(path) = &a.markdown {
+            std::fs::write(path, md).map_err(|e| AnalyzeError::io(path, e))?;
+            out.push_str(&format!("\nmarkdown -> {}\n", path.display()));
+        }
+        if a.ci {
+            out.push('\n');
+            out.push_str(&metrics::runs_table(&runs));
+        }
+        return Ok(out);
+    }
+    let mut files = Vec::new();
+    for p in &a.paths {
+        if p.is_dir() {
+            let mut inside: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| AnalyzeError::io(p, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|q| q.extension().is_some_and(|x| x == "csv"))
+                .collect();
+            inside.sort();
+            files.extend(inside);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let mut runs = Vec::new();
+    for p in &files {
+        if let Some(r) = metrics::RunStats::read(p, a.trim)? {
+            runs.push(r);
+        }
+    }
+    if runs.is_empty() {
+        return Err(AnalyzeError::Empty(
+            "no metrics rows (wall_ms) in the given files".into(),
+        ));
+    }
+    Ok(match a.format {
+        Format::Json => format!("{:#}\n", metrics::runs_json(&runs)),
+        _ => metrics::runs_table(&runs),
+    })
+}
+
 /// The reference silently reports prefill rows as decode when a trace has no decode rows; we
 /// keep its numbers but say so.
 fn note_fallback(path: &std::path::Path, (text, fell_back): (String, bool)) -> String {
@@ -264,6 +365,7 @@ fn main() -> ExitCode {
             },
         )
         .map(|r| note_fallback(&a.trace, r)),
+        Command::Metrics(a) => run_metrics(a),
         Command::Io(a) => decode::io(&a.trace, a.adjacent).map(|r| note_fallback(&a.trace, r)),
     };
     match result {

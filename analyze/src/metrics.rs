@@ -1,1 +1,488 @@
-//! metrics (in progress).
+//! Metrics CSVs (v0/v1/v2, read by column name through `bmoe-telemetry`): bench-analyze's
+//! throughput / device-pressure / cache-sizing tables for a session directory, and per-run
+//! statistics with bootstrap confidence intervals (design.md "Statistics").
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use bmoe_stats::{
+    BootstrapCi, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, median, percentile_linear,
+};
+use bmoe_telemetry::kv::{KvMap, read_sidecar};
+use bmoe_telemetry::metrics::MetricsFile;
+
+use crate::pyfmt::f;
+use crate::{AnalyzeError, Result};
+
+/// Resamples of every bootstrap (design.md).
+pub const RESAMPLES: usize = 2000;
+/// Fixed seed of every bootstrap, so reports are reproducible.
+pub const SEED: u64 = 0x626d_6f65; // "bmoe"
+
+const DASH: &str = "\u{2014}";
+
+/// bench-analyze's configuration keys, in table order, with their labels.
+const CONFIGS: [(&str, &str); 15] = [
+    ("mmap", "solo mmap (no streaming)"),
+    ("stream", "streaming O_DIRECT, cache 0, lane 4"),
+    ("c2000_l2", "streaming + cache 2000 MiB, lane 2"),
+    ("c2000_l4", "streaming + cache 2000 MiB, lane 4"),
+    ("c4000_l2", "streaming + cache 4000 MiB, lane 2"),
+    ("c4000_l4", "streaming + cache 4000 MiB, lane 4"),
+    ("stream_ov", "streaming O_DIRECT + overlap, cache 0, lane 4"),
+    ("c2000_l4_ov", "streaming + cache 2000 MiB, lane 4, overlap"),
+    ("c4000_l4_ov", "streaming + cache 4000 MiB, lane 4, overlap"),
+    (
+        "c4000_l4_pf1",
+        "streaming + cache 4000 MiB, lane 4, prefetch 1",
+    ),
+    (
+        "c4000_l4_pf2",
+        "streaming + cache 4000 MiB, lane 4, prefetch 2",
+    ),
+    (
+        "c4000_l4_pf4",
+        "streaming + cache 4000 MiB, lane 4, prefetch 4",
+    ),
+    ("base_ov", "fixed cache + overlap (reference)"),
+    ("auto_ov", "auto-sized cache (--cache-mb auto) + overlap"),
+    ("autocap_ov", "auto-sized cache, capped + overlap"),
+];
+
+const MODELS: [(&str, &str); 2] = [
+    (
+        "qwen",
+        "Qwen3-30B-A3B-Q4_K_M (18.5 GB, 128 experts, top-8, 48 layers)",
+    ),
+    (
+        "gemma",
+        "Gemma-4-26B-A4B-it-Q4_K_M (17.0 GB, fused gate+up experts)",
+    ),
+];
+
+/// Everything bench-analyze derives from one metrics CSV and its sidecar.
+#[derive(Debug, Clone)]
+pub struct RunStats {
+    /// The CSV.
+    pub path: PathBuf,
+    /// Per-token wall times (ms), zero-wall follower rows included.
+    pub walls: Vec<f64>,
+    /// Aggregate decode tok/s = n / Σwall.
+    pub mean_tps: f64,
+    /// Per-token tok/s (1000/w for w > 0), ascending.
+    pub tps: Vec<f64>,
+    /// `cache_hit_pct` from the summary, as written.
+    pub cache_hit: Option<String>,
+    /// Flash read MiB per token.
+    pub read_mib_tok: f64,
+    /// Mean `stall_ms` when the column exists.
+    pub stall_ms: Option<f64>,
+    /// Summary `prefill_tps`.
+    pub prefill_tps: f64,
+    /// `load_s + prefill_s`.
+    pub ttft_s: f64,
+    /// Summary `cache_budget_MiB`.
+    pub cache_budget_mib: f64,
+    /// Summary `cache_resident_MiB`.
+    pub cache_resident_mib: f64,
+    /// Speculative read MiB per token.
+    pub spec_read_mib_tok: f64,
+    /// Useful share of speculative experts (%).
+    pub spec_useful_pct: f64,
+    /// Sidecar peak RSS (GiB).
+    pub peak_rss_gb: f64,
+    /// Sidecar free-RAM floor (GiB).
+    pub ram_floor_gb: f64,
+    /// Sidecar CPU temperature at start (°C).
+    pub cpu_start_c: f64,
+    /// Sidecar CPU temperature max (°C).
+    pub cpu_max_c: f64,
+    /// Sidecar battery temperature max (°C).
+    pub batt_max_c: f64,
+    /// Run was traced/probed (`predict_log`, `prefetch_sync`, compute trace): not a benchmark.
+    pub instrumented: bool,
+    /// Sampling was stochastic (`temp>0`).
+    pub stochastic: bool,
+}
+
+fn num(map_get: Option<&str>) -> f64 {
+    map_get
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+        .unwrap_or(0.0)
+}
+
+/// The sidecar of `x.csv` is `x.metrics` (only the extension is replaced; the reference
+/// replaced every `.csv` in the path).
+#[must_use]
+pub fn sidecar_path(csv: &Path) -> PathBuf {
+    csv.with_extension("metrics")
+}
+
+impl RunStats {
+    /// Read a metrics CSV and its sidecar. `Ok(None)` when the file has no `wall_ms` value.
+    pub fn read(path: &Path, trim: usize) -> Result<Option<Self>> {
+        let file = MetricsFile::read(path).map_err(|e| AnalyzeError::from_telemetry(path, e))?;
+        let walls: Vec<f64> = file
+            .rows
+            .iter()
+            .filter_map(|r| r.wall_ms)
+            .skip(trim)
+            .collect();
+        if walls.is_empty() {
+            return Ok(None);
+        }
+        let summ = |key: &str| file.summaries.iter().rev().find_map(|s| s.get(key));
+        let n = walls.len() as f64;
+        let total: f64 = walls.iter().fold(0.0, |a, b| a + b);
+        let mut tps: Vec<f64> = walls
+            .iter()
+            .filter(|&&w| w > 0.0)
+            .map(|w| 1000.0 / w)
+            .collect();
+        tps.sort_by(f64::total_cmp);
+        let stalls: Vec<f64> = file.rows.iter().filter_map(|r| r.stall_ms).collect();
+        let side: KvMap = {
+            let sp = sidecar_path(path);
+            if sp.is_file() {
+                read_sidecar(&sp).map_err(|e| AnalyzeError::from_telemetry(&sp, e))?
+            } else {
+                KvMap::new()
+            }
+        };
+        let spec_experts = num(summ("spec_experts"));
+        Ok(Some(Self {
+            path: path.to_path_buf(),
+            mean_tps: if total > 0.0 {
+                n / (total / 1000.0)
+            } else {
+                0.0
+            },
+            tps,
+            cache_hit: summ("cache_hit_pct").map(str::to_string),
+            read_mib_tok: num(summ("read_MiB")) / n,
+            stall_ms: if stalls.is_empty() {
+                None
+            } else {
+                Some(stalls.iter().fold(0.0, |a, b| a + b) / stalls.len() as f64)
+            },
+            prefill_tps: num(summ("prefill_tps")),
+            ttft_s: num(summ("load_s")) + num(summ("prefill_s")),
+            cache_budget_mib: num(summ("cache_budget_MiB")),
+            cache_resident_mib: num(summ("cache_resident_MiB")),
+            spec_read_mib_tok: num(summ("spec_read_MiB")) / n,
+            spec_useful_pct: if spec_experts > 0.0 {
+                100.0 * num(summ("spec_useful")) / spec_experts
+            } else {
+                0.0
+            },
+            peak_rss_gb: num(side.get("peak_rss_kb")) / 1_048_576.0,
+            ram_floor_gb: num(side.get("mem_avail_floor_kb")) / 1_048_576.0,
+            cpu_start_c: num(side.get("cpu_temp_before_mC")) / 1000.0,
+            cpu_max_c: num(side.get("cpu_temp_max_mC")) / 1000.0,
+            batt_max_c: num(side.get("batt_temp_max_dC")) / 10.0,
+            instrumented: file.info.is_instrumented(),
+            stochastic: file.info.is_stochastic(),
+            walls,
+        }))
+    }
+
+    fn min(&self) -> f64 {
+        self.tps.first().copied().unwrap_or(0.0)
+    }
+    fn max(&self) -> f64 {
+        self.tps.last().copied().unwrap_or(0.0)
+    }
+    fn median(&self) -> f64 {
+        median(&self.tps)
+    }
+    fn p95(&self) -> f64 {
+        percentile_linear(&self.tps, 0.95)
+    }
+    fn hit(&self) -> String {
+        match self.cache_hit.as_deref().map(str::trim) {
+            None | Some("-") => DASH.to_string(),
+            Some(s) => match s.parse::<f64>() {
+                Ok(v) if v >= 0.0 => format!("{}%", f(v, 0)),
+                _ => DASH.to_string(),
+            },
+        }
+    }
+    fn stall(&self) -> String {
+        self.stall_ms.map_or_else(|| DASH.to_string(), |s| f(s, 1))
+    }
+    fn sizing(&self) -> bool {
+        self.cache_budget_mib > 0.0 || self.spec_read_mib_tok > 0.0
+    }
+
+    /// Bootstrap 95 % CI of the mean token time (ms).
+    #[must_use]
+    pub fn token_ms_ci(&self) -> Option<BootstrapCi> {
+        bootstrap_mean_ci(&self.walls, RESAMPLES, 0.95, SEED)
+    }
+}
+
+/// bench-analyze over a session directory: stdout tables and the markdown summary.
+pub fn bench_dir(dir: &Path) -> Result<(String, String, Vec<RunStats>)> {
+    if !dir.is_dir() {
+        return Err(AnalyzeError::Invalid {
+            message: format!("{}: not a directory", dir.display()),
+            hint:
+                "pass a session directory holding <model>_<config>.csv files, or metrics CSV files"
+                    .into(),
+        });
+    }
+    let mut out = String::new();
+    let mut md = String::new();
+    let mut all = Vec::new();
+    for (model, title) in MODELS {
+        let mut runs: Vec<(&str, Option<RunStats>)> = Vec::new();
+        for (key, label) in CONFIGS {
+            let path = dir.join(format!("{model}_{key}.csv"));
+            let run = if path.is_file() {
+                RunStats::read(&path, 0)?
+            } else {
+                None
+            };
+            runs.push((label, run));
+        }
+        let upper = model.to_uppercase();
+        let _ = writeln!(out, "\n===== {upper} {DASH} throughput =====");
+        let _ = writeln!(
+            out,
+            "{:<36} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>6} {:>7}",
+            "config", "mean", "min", "max", "med", "p95", "pref", "TTFT", "hit", "MiB/t", "stall"
+        );
+        for (label, r) in &runs {
+            let Some(r) = r else { continue };
+            let _ = writeln!(
+                out,
+                "{label:<36} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}M {:>7}",
+                f(r.mean_tps, 2),
+                f(r.min(), 2),
+                f(r.max(), 2),
+                f(r.median(), 2),
+                f(r.p95(), 2),
+                f(r.prefill_tps, 2),
+                f(r.ttft_s, 1),
+                r.hit(),
+                f(r.read_mib_tok, 0),
+                r.stall()
+            );
+        }
+        let _ = writeln!(out, "\n===== {upper} {DASH} device pressure =====");
+        let _ = writeln!(
+            out,
+            "{:<36} {:>8} {:>9} {:>6} {:>7} {:>8}",
+            "config", "peakRSS", "RAMfloor", "CPU0", "CPUmax", "battMax"
+        );
+        for (label, r) in &runs {
+            let Some(r) = r else { continue };
+            let _ = writeln!(
+                out,
+                "{label:<36} {:>6}GB {:>7}GB {:>5}C {:>6}C {:>7}C",
+                f(r.peak_rss_gb, 2),
+                f(r.ram_floor_gb, 2),
+                f(r.cpu_start_c, 1),
+                f(r.cpu_max_c, 1),
+                f(r.batt_max_c, 1)
+            );
+        }
+        let sizing = runs
+            .iter()
+            .any(|(_, r)| r.as_ref().is_some_and(RunStats::sizing));
+        if sizing {
+            let _ = writeln!(
+                out,
+                "\n===== {upper} {DASH} cache sizing / temporal prefetch ====="
+            );
+        }
+        // Markdown.
+        let _ = writeln!(md, "\n### {title}\n");
+        md.push_str(
+            "**Throughput** (tok/s; mean = aggregate decode, prefill = prompt-processing):\n\n",
+        );
+        md.push_str("| Config | decode mean | min | max | median | p95 | prefill tok/s | TTFT (s) | cache hit | flash read/token | stall ms/tok |\n");
+        md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (label, r) in &runs {
+            match r {
+                None => {
+                    let _ = writeln!(md, "| {label} |{}", format!(" {DASH} |").repeat(10));
+                }
+                Some(r) => {
+                    let _ = writeln!(
+                        md,
+                        "| {label} | **{}** | {} | {} | {} | {} | {} | {} | {} | {} MiB | {} |",
+                        f(r.mean_tps, 2),
+                        f(r.min(), 2),
+                        f(r.max(), 2),
+                        f(r.median(), 2),
+                        f(r.p95(), 2),
+                        f(r.prefill_tps, 2),
+                        f(r.ttft_s, 1),
+                        r.hit(),
+                        f(r.read_mib_tok, 0),
+                        r.stall()
+                    );
+                }
+            }
+        }
+        md.push_str("\n**Device pressure** (peak process RSS, free-RAM floor, SoC/battery temperature):\n\n");
+        md.push_str("| Config | peak RSS | free-RAM floor | CPU start | CPU max | battery max |\n");
+        md.push_str("|---|---:|---:|---:|---:|---:|\n");
+        for (label, r) in &runs {
+            match r {
+                None => {
+                    let _ = writeln!(md, "| {label} |{}", format!(" {DASH} |").repeat(5));
+                }
+                Some(r) => {
+                    let _ = writeln!(
+                        md,
+                        "| {label} | {} GB | {} GB | {} \u{b0}C | {} \u{b0}C | {} \u{b0}C |",
+                        f(r.peak_rss_gb, 2),
+                        f(r.ram_floor_gb, 2),
+                        f(r.cpu_start_c, 1),
+                        f(r.cpu_max_c, 1),
+                        f(r.batt_max_c, 1)
+                    );
+                }
+            }
+        }
+        if sizing {
+            md.push_str("\n**Cache sizing & temporal prefetch** (the budget `--cache-mb auto` chose at init and what stayed resident under it; speculative read volume and useful-hit rate under `--prefetch`):\n\n");
+            md.push_str(
+                "| Config | cache budget | resident | prefetch useful | prefetch read/token |\n",
+            );
+            md.push_str("|---|---:|---:|---:|---:|\n");
+            for (label, r) in &runs {
+                let Some(r) = r.as_ref().filter(|r| r.sizing()) else {
+                    continue;
+                };
+                let budget = if r.cache_budget_mib > 0.0 {
+                    format!("{} MiB", f(r.cache_budget_mib, 0))
+                } else {
+                    DASH.to_string()
+                };
+                let (useful, read) = if r.spec_read_mib_tok > 0.0 {
+                    (
+                        format!("{}%", f(r.spec_useful_pct, 0)),
+                        format!("{} MiB", f(r.spec_read_mib_tok, 0)),
+                    )
+                } else {
+                    (DASH.to_string(), DASH.to_string())
+                };
+                let _ = writeln!(
+                    md,
+                    "| {label} | {budget} | {} MiB | {useful} | {read} |",
+                    f(r.cache_resident_mib, 0)
+                );
+            }
+        }
+        all.extend(runs.into_iter().filter_map(|(_, r)| r));
+    }
+    Ok((out, md, all))
+}
+
+fn run_label(r: &RunStats) -> String {
+    let mut s = r.path.display().to_string();
+    if r.instrumented {
+        s.push_str(" [traced]");
+    }
+    if r.stochastic {
+        s.push_str(" [stochastic]");
+    }
+    s
+}
+
+/// Per-run statistics table with the bootstrap CI of the mean token time.
+#[must_use]
+pub fn runs_table(runs: &[RunStats]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>7} {:>12} {:>23} {:>8} {:>8}  run",
+        "tokens", "mean ms/tok", "95% CI (bootstrap)", "tok/s", "median"
+    );
+    for r in runs {
+        let (mean, ci) = match r.token_ms_ci() {
+            Some(c) => (
+                f(c.estimate, 2),
+                format!("[{}, {}]", f(c.low, 2), f(c.high, 2)),
+            ),
+            None => ("-".into(), "-".into()),
+        };
+        let _ = writeln!(
+            out,
+            "{:>7} {mean:>12} {ci:>23} {:>8} {:>8}  {}",
+            r.walls.len(),
+            f(r.mean_tps, 2),
+            f(r.median(), 2),
+            run_label(r)
+        );
+    }
+    out.push_str(
+        "(mean ms/tok over every token row; CI: 2000 resamples, percentile interval, fixed seed)\n",
+    );
+    out
+}
+
+/// `--compare A B`: ratio of mean token time A / B with its bootstrap CI.
+pub fn compare(a: &RunStats, b: &RunStats) -> Result<String> {
+    let ci = bootstrap_ratio_of_means_ci(&a.walls, &b.walls, RESAMPLES, 0.95, SEED).ok_or_else(
+        || AnalyzeError::Invalid {
+            message: format!(
+                "cannot compare: {} has a zero mean token time",
+                b.path.display()
+            ),
+            hint: "compare two runs with decode rows".into(),
+        },
+    )?;
+    let mut out = String::new();
+    let _ = writeln!(out, "A = {}", run_label(a));
+    let _ = writeln!(out, "B = {}", run_label(b));
+    let _ = writeln!(
+        out,
+        "mean token time A/B = {} (95% CI {} .. {}; {} vs {} ms/tok)",
+        f(ci.estimate, 3),
+        f(ci.low, 3),
+        f(ci.high, 3),
+        f(bmoe_stats::mean(&a.walls), 2),
+        f(bmoe_stats::mean(&b.walls), 2)
+    );
+    let verdict = if ci.high < 1.0 {
+        "A is faster (the interval excludes 1)"
+    } else if ci.low > 1.0 {
+        "B is faster (the interval excludes 1)"
+    } else {
+        "no significant difference (the interval contains 1)"
+    };
+    let _ = writeln!(out, "{verdict}");
+    if a.instrumented != b.instrumented || a.stochastic != b.stochastic {
+        out.push_str("warning: one run is traced or stochastic and the other is not; the ratio mixes run kinds\n");
+    }
+    Ok(out)
+}
+
+/// Machine-readable per-run statistics.
+#[must_use]
+pub fn runs_json(runs: &[RunStats]) -> serde_json::Value {
+    serde_json::Value::Array(
+        runs.iter()
+            .map(|r| {
+                let ci = r.token_ms_ci();
+                serde_json::json!({
+                    "path": r.path.display().to_string(),
+                    "tokens": r.walls.len(),
+                    "mean_ms_per_token": ci.map(|c| c.estimate),
+                    "ci95_low_ms": ci.map(|c| c.low),
+                    "ci95_high_ms": ci.map(|c| c.high),
+                    "tok_per_s": r.mean_tps,
+                    "median_tok_per_s": r.median(),
+                    "p95_tok_per_s": r.p95(),
+                    "instrumented": r.instrumented,
+                    "stochastic": r.stochastic,
+                })
+            })
+            .collect(),
+    )
+}

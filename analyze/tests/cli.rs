@@ -1,0 +1,132 @@
+//! Behaviour where bmoe-analyze deliberately differs from the reference scripts (docs/analyze.md
+//! "Differences"), on small files written at test time.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
+        .args(args)
+        .output()
+        .expect("run bmoe-analyze")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const ROUTE: &str = "# route_trace v1\n# model=/m/toy.gguf arch=toy n_layer=2 n_expert=8 n_expert_used=2\n\
+# layer=0 expert_bytes=1048576 dense_bytes=0\n# layer=1 expert_bytes=1048576 dense_bytes=0\n\
+turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n\
+0,1,5,0,0,1,0.7,0,1048576\n0,1,5,0,1,2,0.3,0,1048576\n0,1,5,1,0,3,0.6,0,1048576\n0,1,5,1,1,4,0.4,0,1048576\n\
+0,1,6,0,0,1,0.8,1,0\n0,1,6,0,1,5,0.2,0,1048576\n0,1,6,1,0,3,0.5,1,0\n0,1,6,1,1,4,0.5,1,0\n";
+
+fn write(dir: &Path, name: &str, body: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, body).expect("write temp file");
+    p.display().to_string()
+}
+
+#[test]
+fn malformed_row_names_file_and_line_with_hint() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(
+        d.path(),
+        "bad.csv",
+        &ROUTE.replace("0,1,6,0,1,5,0.2,0,1048576", "0,1,6,0,1,five,0.2,0,1048576"),
+    );
+    let out = run(&["route", &p]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "no partial output");
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("{p}:11: column `expert`")), "{err}");
+    assert!(err.contains("\nhint: "), "{err}");
+}
+
+#[test]
+fn empty_and_filtered_out_inputs_fail_on_stderr() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(d.path(), "t.csv", ROUTE);
+    let out = run(&["route", &p, "--phase", "prefill"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(text(&out.stderr).contains("no rows for phase=prefill turn=None"));
+    let out = run(&["route", &p, "--view", "matrix", "--layers", "7"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("no rows for that layer/step selection"));
+    let out = run(&["route", &p, "--view", "hot", "--top", "1"]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).contains("    0       3    50.0%  1:2\n"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn drop_replay_leaves_nan_weights_out() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(
+        d.path(),
+        "n.csv",
+        &ROUTE.replace("0,1,6,1,1,4,0.5,1,0", "0,1,6,1,1,4,nan,1,0"),
+    );
+    let out = run(&["drop", &p]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("[DECODE] 4 routing cells, 7 routed experts"),
+        "{s}"
+    );
+    assert!(!s.contains("nan%"), "{s}");
+}
+
+#[test]
+fn io_report_survives_zero_latency_and_notes_prefill_fallback() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let body = "# io_trace v1\n# model=/m/t.gguf arch=toy n_layer=1 n_threads=1 io_threads=1 o_direct=1 overlap=0\n\
+turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n\
+0,0,0,0,1,0,0,0,0,4096,4096,0\n0,0,0,0,2,0,0,0,4096,4096,4096,0\n";
+    let p = write(d.path(), "io.csv", body);
+    let out = run(&["io", &p, "--adjacent"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("lane-busy bandwidth=n/a MiB/s"), "{s}");
+    assert!(
+        s.contains("2 reads/token span 1 contiguous runs/token"),
+        "{s}"
+    );
+    assert!(
+        text(&out.stderr).contains("no decode rows"),
+        "fallback is announced"
+    );
+}
+
+#[test]
+fn replay_rejects_unknown_policy_before_any_output() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(d.path(), "t.csv", ROUTE);
+    let out = run(&["replay", &p, "--policies", "lru,lur"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(text(&out.stderr).contains("unknown policy lur"));
+    let out = run(&[
+        "replay",
+        &p,
+        "--budgets",
+        "1",
+        "--policies",
+        "belady,lru",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["curve"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn metrics_sidecar_replaces_only_the_extension() {
+    let p = bmoe_analyze::metrics::sidecar_path(Path::new("/runs/a.csv.d/qwen_mmap.csv"));
+    assert_eq!(p, Path::new("/runs/a.csv.d/qwen_mmap.metrics"));
+}
