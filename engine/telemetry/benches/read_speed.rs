@@ -80,7 +80,7 @@ fn main() {
             layer: ((i / 6) % 48) as u32,
             slot: (i % 6) as u32,
             expert: ((i * 2_654_435_761) % 128) as u32,
-            weight: f64::from(i % 1000) / 1000.0,
+            weight: (i % 1000) as f64 / 1000.0,
             residency: (i % 3) as u8,
             expert_bytes: 3_059_712,
             dropped: Some(false),
