@@ -31,9 +31,37 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
             .get("general.name")
             .and_then(|v| v.as_str())
             .unwrap_or("-");
-        print!("{}", render(&a.file.display().to_string(), name, &info));
+        let shape = shape_line(&model, &info.arch);
+        print!(
+            "{}",
+            render(&a.file.display().to_string(), name, &shape, &info)
+        );
     }
     Ok(())
+}
+
+/// `n_embd 256, expert FF 256, heads 4/2 x 64, vocab 269, ctx 4096` from the metadata (`?` when a
+/// key is absent).
+fn shape_line(model: &GgufModel, arch: &str) -> String {
+    let num = |k: &str| {
+        model
+            .get(&format!("{arch}.{k}"))
+            .and_then(|v| v.as_u64())
+            .map_or_else(|| "?".to_string(), |v| v.to_string())
+    };
+    let vocab = model
+        .get("tokenizer.ggml.tokens")
+        .and_then(|v| v.as_array())
+        .map_or_else(|| "?".to_string(), |a| a.values.len().to_string());
+    format!(
+        "n_embd {}, expert FF {}, heads {}/{} x {}, vocab {vocab}, ctx {}",
+        num("embedding_length"),
+        num("expert_feed_forward_length"),
+        num("attention.head_count"),
+        num("attention.head_count_kv"),
+        num("attention.key_length"),
+        num("context_length"),
+    )
 }
 
 fn join_counts<V: std::fmt::Display>(
@@ -50,13 +78,14 @@ fn join_counts<V: std::fmt::Display>(
 }
 
 /// The human-readable description (stable layout; no colour).
-pub fn render(path: &str, name: &str, info: &ModelInfo) -> String {
+pub fn render(path: &str, name: &str, shape: &str, info: &ModelInfo) -> String {
     let mut s = String::new();
     let per_token: u64 = info.layers.iter().map(|l| l.expert_bytes).sum();
     let _ = writeln!(s, "model        {path}");
     let _ = writeln!(s, "name         {name}");
     let _ = writeln!(s, "arch         {}", info.arch);
     let _ = writeln!(s, "layers       {}", info.n_layer);
+    let _ = writeln!(s, "shape        {shape}");
     let _ = writeln!(
         s,
         "experts      {} per layer, top-{} used",
