@@ -8,6 +8,7 @@
 //! only translates its records into events.
 
 pub mod argv;
+pub mod clean;
 pub mod decode;
 pub mod figures;
 pub mod keys;

@@ -148,7 +148,8 @@ fn run() -> Result<()> {
         let c = source::spawn(&cli.command, cli.log.as_deref(), &tx)?;
         // The argv's facts go to the run label and the details pane; the header names the program.
         let prog = cli.command[0].rsplit('/').next().unwrap_or(&cli.command[0]);
-        let mut app = App::new(SourceKind::Spawn, format!("{prog} (pid {})", c.id()), base);
+        let label = format!("{} (pid {})", bmoe_top::clean::clean(prog, false), c.id());
+        let mut app = App::new(SourceKind::Spawn, label, base);
         child = Some(c);
         app.child_alive = true;
         app

@@ -122,7 +122,9 @@ impl RunConfig {
 
     /// Sets `key` (replacing an earlier value in place).
     pub fn set(&mut self, key: &str, value: impl Into<String>) {
-        let value = value.into();
+        let value = crate::clean::clean(&value.into(), false);
+        let key = crate::clean::clean(key, false);
+        let key = key.as_str();
         match self.entries.iter_mut().find(|(k, _)| k == key) {
             Some(slot) => slot.1 = value,
             None => self.entries.push((key.to_string(), value)),

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::clean::clean;
 use crate::figures::{self, Bars};
 use crate::model::{Event, Memory, RunConfig, RunSummary, TextDelta, TokenSample};
 
@@ -113,10 +114,10 @@ impl RunState {
             Event::Token(sample, delta) => self.token(sample, delta.as_ref()),
             Event::FinalText { text, reasoning } => {
                 if !text.is_empty() {
-                    self.answer = text.clone();
+                    self.answer = clean(text, true);
                 }
                 if !reasoning.is_empty() {
-                    self.reasoning = reasoning.clone();
+                    self.reasoning = clean(reasoning, true);
                 }
             }
             Event::Summary(s) => {
@@ -129,15 +130,15 @@ impl RunState {
             }
             Event::Malformed { line, reason } => {
                 self.malformed += 1;
-                self.last_malformed = Some((*line, reason.clone()));
+                self.last_malformed = Some((*line, clean(reason, false)));
             }
             Event::Log(line) => {
                 if self.log.len() >= LOG_KEEP {
                     self.log.remove(0);
                 }
-                self.log.push(line.clone());
+                self.log.push(clean(line, false));
             }
-            Event::Ended(why) => self.ended = Some(why.clone()),
+            Event::Ended(why) => self.ended = Some(clean(why, false)),
         }
     }
 
@@ -168,8 +169,8 @@ impl RunState {
                 self.reasoning.clear();
                 self.answer.clear();
             }
-            self.reasoning.push_str(&d.reasoning);
-            self.answer.push_str(&d.text);
+            self.reasoning.push_str(&clean(&d.reasoning, true));
+            self.answer.push_str(&clean(&d.text, true));
         }
         if s.is_follower() {
             return;
@@ -450,7 +451,7 @@ impl App {
     pub fn new(kind: SourceKind, label: impl Into<String>, base: RunConfig) -> Self {
         App {
             kind,
-            label: label.into(),
+            label: clean(&label.into(), false),
             run: RunState::new(base.clone()),
             base,
             timeline: Vec::new(),

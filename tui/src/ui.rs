@@ -272,6 +272,9 @@ fn num2(v: Option<f64>) -> String {
 fn ms(v: f64) -> String {
     if v >= 10_000.0 {
         format!("{:.1} s", v / 1000.0)
+    } else if v < 10.0 {
+        // Sub-10 ms terms (mgmt, a tiny model's tokens) would all read "0 ms" otherwise.
+        format!("{v:.1} ms")
     } else {
         format!("{v:.0} ms")
     }

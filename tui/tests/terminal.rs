@@ -167,7 +167,9 @@ fn replay_in_a_real_terminal_pauses_steps_seeks_and_quits() {
     t.wait_for("one step back", |s| s.contains("token 2/100"));
     t.keys(&["?"]);
     t.wait_for("help", |s| s.contains("pause / resume"));
-    t.keys(&["Escape", "+", "+"]);
+    t.keys(&["?"]);
+    t.wait_for("help closed", |s| !s.contains("pause / resume"));
+    t.keys(&["+", "+"]);
     t.wait_for("speed 4× ladder step", |s| s.contains("5× token 2/100"));
     t.keys(&["Space"]);
     let s = t.wait_for("end of replay", |s| s.contains("token 100/100"));
@@ -240,7 +242,11 @@ fn spawned_child_streams_and_ctrl_c_reaches_it() {
 fn stdin_source_with_malformed_lines() {
     let dir = tempfile::tempdir().unwrap();
     let lines = dir.path().join("lines.txt");
-    let mut body: Vec<String> = (1..=4).map(|i| progress_line(i, 4, "x ")).collect();
+    // Token 2 carries a form feed and an escape sequence, as a tiny random model really emits:
+    // drawn as control pictures, they must not clear or move anything on the real terminal.
+    let mut body: Vec<String> = (1..=4)
+        .map(|i| progress_line(i, 4, if i == 2 { "f\u{c}e\u{1b}[2J " } else { "x " }))
+        .collect();
     body.insert(2, "BMOE_PROGRESS {broken".into());
     std::fs::write(&lines, body.join("\n") + "\n").unwrap();
     let cmd = format!("cat {} | {} --threads 2", lines.display(), bin());
@@ -252,6 +258,11 @@ fn stdin_source_with_malformed_lines() {
     assert!(s.contains("1 malformed ignored (line 3"), "{s}");
     // --threads 2: compute = 300 / 2 = 150 ms
     assert!(s.contains("150 ms cpu÷2"), "{s}");
+    assert!(s.contains("x f\u{240c}e\u{241b}[2J x x"), "{s}");
+    // the layout survived: title on the first row, status on the last
+    let rows: Vec<&str> = s.lines().collect();
+    assert!(rows[0].contains("bmoe-top"), "{s}");
+    assert!(rows[29].contains("malformed"), "{s}");
     t.keys(&["q"]);
     t.wait_for("clean exit", |s| s.contains("EXIT=0"));
 }
