@@ -110,6 +110,12 @@ fn run() -> Result<()> {
             "--session needs the engine's session mode, which this build does not have yet\nhint: run one generation with `bmoe-top -- bmoe-cli … --progress` instead"
         );
     }
+    // A replay file is read before anything touches the terminal, so a wrong path or a file
+    // that is not a metrics CSV is reported as such even when stdout is not a terminal.
+    let replay_events = match &cli.replay {
+        Some(path) => Some(replay::load(path)?),
+        None => None,
+    };
     if !std::io::stdout().is_terminal() {
         bail!(
             "stdout is not a terminal: bmoe-top draws a full-screen panel\nhint: run it in a terminal; to keep the engine's lines, use `bmoe-cli … --progress | tee run.log | bmoe-top`"
@@ -124,8 +130,7 @@ fn run() -> Result<()> {
     let theme = Theme::new(level);
     let (tx, rx) = mpsc::channel::<Msg>();
     let mut child: Option<Child> = None;
-    let mut app = if let Some(path) = &cli.replay {
-        let events = replay::load(path)?;
+    let mut app = if let (Some(path), Some(events)) = (&cli.replay, replay_events) {
         let label = format!(
             "replay {}",
             path.file_name().map_or_else(

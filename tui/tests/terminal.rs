@@ -266,3 +266,42 @@ fn stdin_source_with_malformed_lines() {
     t.keys(&["q"]);
     t.wait_for("clean exit", |s| s.contains("EXIT=0"));
 }
+
+#[test]
+fn resizing_the_terminal_switches_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_csv(dir.path(), 10);
+    let cmd = format!("{} --replay {} --paused", bin(), csv.display());
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    let s = t.wait_for("narrow layout", |s| s.contains("┌ answer"));
+    assert!(s.lines().any(|l| l.starts_with("┌ answer")), "{s}");
+    assert!(!s.contains("┌ run"), "{s}");
+    let ok = Command::new("tmux")
+        .args([
+            "-L",
+            &t.socket,
+            "resize-window",
+            "-t",
+            "t",
+            "-x",
+            "200",
+            "-y",
+            "60",
+        ])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "tmux resize-window");
+    // wide: run details on the left, the answer in its own column on the right
+    let s = t.wait_for("wide layout", |s| s.contains("┌ run"));
+    let answer_row = s.lines().find(|l| l.contains("┌ answer")).unwrap();
+    let col = answer_row[..answer_row.find("┌ answer").unwrap()]
+        .chars()
+        .count();
+    assert!(col >= 84, "answer column starts at {col}: {s}");
+    assert_eq!(s.lines().count(), 60, "{s}");
+    t.keys(&["q"]);
+    t.wait_for("clean exit", |s| s.contains("EXIT=0"));
+}
