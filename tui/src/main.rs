@@ -9,6 +9,8 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -168,16 +170,41 @@ fn run() -> Result<()> {
         App::new(SourceKind::Stdin, "stdin", base_config(&cli))
     };
 
+    // SIGTERM/SIGHUP end the panel cleanly (terminal restored, engine stopped); SIGINT from
+    // outside is forwarded like Ctrl-C. The flags are polled by the event loop.
+    let signals = Signals::default();
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register(sig, Arc::clone(&signals.stop))
+            .context("cannot install the SIGTERM/SIGHUP handler")?;
+    }
+    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&signals.interrupt))
+        .context("cannot install the SIGINT handler")?;
+
     let mut terminal = ratatui::init();
     let _ = execute!(std::io::stdout(), EnableMouseCapture);
     source::terminal(&tx);
-    let result = event_loop(&mut terminal, &mut app, &theme, &rx, &mut child, cli.fps);
+    let result = event_loop(
+        &mut terminal,
+        &mut app,
+        &theme,
+        &rx,
+        &mut child,
+        cli.fps,
+        &signals,
+    );
     let _ = execute!(std::io::stdout(), DisableMouseCapture);
     ratatui::restore();
     if let Some(c) = child.as_mut() {
         stop_child(c);
     }
     result
+}
+
+/// Signal flags set by handlers, read by the event loop.
+#[derive(Default)]
+struct Signals {
+    stop: Arc<AtomicBool>,
+    interrupt: Arc<AtomicBool>,
 }
 
 fn stop_child(c: &mut Child) {
@@ -203,6 +230,7 @@ fn event_loop(
     rx: &mpsc::Receiver<Msg>,
     child: &mut Option<Child>,
     fps: u32,
+    signals: &Signals,
 ) -> Result<()> {
     let frame = Duration::from_secs_f64(1.0 / f64::from(fps));
     let mut decoder = LineDecoder::new();
@@ -240,11 +268,15 @@ fn event_loop(
             app.dirty = false;
             last_draw = Some(now);
         }
-        if app.quit {
+        if app.quit || signals.stop.load(Ordering::Relaxed) {
             return Ok(());
         }
+        if signals.interrupt.swap(false, Ordering::Relaxed) {
+            interrupt_or_quit(app, child)?;
+        }
 
-        let mut wait = Duration::from_millis(500);
+        // Wake at least every 250 ms so a signal is acted on promptly.
+        let mut wait = Duration::from_millis(250);
         if app.dirty {
             wait = wait.min(last_draw.map_or(Duration::ZERO, |t| {
                 (t + frame).saturating_duration_since(now)
@@ -306,20 +338,27 @@ fn handle(
         Msg::Term(ev) => {
             if let Some(action) = keys::map(&ev) {
                 if action == Action::Interrupt {
-                    match child.as_ref() {
-                        Some(c) if app.child_alive && !app.interrupted => {
-                            source::interrupt(c)?;
-                            app.interrupted = true;
-                            app.dirty = true;
-                        }
-                        _ => app.quit = true,
-                    }
+                    interrupt_or_quit(app, child)?;
                 } else {
                     keys::apply(app, action);
                 }
             }
         }
         Msg::TermError(e) => bail!("cannot read the terminal: {e}"),
+    }
+    Ok(())
+}
+
+/// Ctrl-C / SIGINT: the first one goes to a running engine; without one (or the second time) the
+/// panel quits.
+fn interrupt_or_quit(app: &mut App, child: &Option<Child>) -> Result<()> {
+    match child.as_ref() {
+        Some(c) if app.child_alive && !app.interrupted => {
+            source::interrupt(c)?;
+            app.interrupted = true;
+            app.dirty = true;
+        }
+        _ => app.quit = true,
     }
     Ok(())
 }

@@ -305,3 +305,76 @@ fn resizing_the_terminal_switches_layout() {
     t.keys(&["q"]);
     t.wait_for("clean exit", |s| s.contains("EXIT=0"));
 }
+
+/// The pid of bmoe-top under the pane's shell.
+fn panel_pid(t: &Tmux) -> String {
+    let out = Command::new("tmux")
+        .args([
+            "-L",
+            &t.socket,
+            "list-panes",
+            "-t",
+            "t",
+            "-F",
+            "#{pane_pid}",
+        ])
+        .output()
+        .unwrap();
+    let pane = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new("pgrep")
+            .args(["-P", &pane, "-x", "bmoe-top"])
+            .output()
+            .unwrap();
+        let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !pid.is_empty() {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "bmoe-top not found under pane {pane}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn signals_from_outside_forward_sigint_and_end_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("engine.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "trap 'echo got SIGINT >&2; exit 7' INT\necho '{}'\nwhile :; do sleep 0.05; done\n",
+            progress_line(1, 9, "hi ")
+        ),
+    )
+    .unwrap();
+    let cmd = format!("{} -- sh {}", bin(), script.display());
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    t.wait_for("first token", |s| s.contains("token 1/9"));
+    let pid = panel_pid(&t);
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    t.wait_for("SIGINT forwarded to the engine", |s| {
+        s.contains("exit status: 7")
+    });
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // the panel left the alternate screen: the shell's own output is visible again
+    let s = t.wait_for("clean exit on SIGTERM", |s| s.contains("EXIT=0"));
+    assert!(!s.contains("token 1/9"), "{s}");
+}
