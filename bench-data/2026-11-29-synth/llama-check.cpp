@@ -13,14 +13,19 @@
 #include <vector>
 
 static std::vector<long> g_hist;
+static std::map<int, std::vector<long>> g_layers;
+static bool g_decode = false;
 static bool cb(struct ggml_tensor * t, bool ask, void *) {
-    if (strcmp(t->name, "ffn_moe_topk-0") != 0) return ask ? false : true;
+    if (strncmp(t->name, "ffn_moe_topk-", 13) != 0) return ask ? false : true;
     if (ask) return true;
     if (t->type != GGML_TYPE_I32) return true;
+    int il = atoi(t->name + 13);
     for (int64_t j = 0; j < t->ne[1]; j++)
         for (int64_t k = 0; k < t->ne[0]; k++) {
             int32_t id = *(int32_t *) ((char *) t->data + j * t->nb[1] + k * t->nb[0]);
-            if (id >= 0) { if ((size_t) id >= g_hist.size()) g_hist.resize(id + 1); g_hist[id]++; }
+            if (id < 0) continue;
+            if (il == 0) { if ((size_t) id >= g_hist.size()) g_hist.resize(id + 1); g_hist[id]++; }
+            if (g_decode) { auto & h = g_layers[il]; if ((size_t) id >= h.size()) h.resize(id + 1); h[id]++; }
         }
     return true;
 }
@@ -66,6 +71,7 @@ int main(int argc, char ** argv) {
     long bad = 0; float maxabs = 0;
     if (llama_decode(ctx, llama_batch_get_one(toks.data(), toks.size()))) { printf("RESULT prefill_failed\n"); return 1; }
     uint64_t s = 1;
+    g_decode = true;
     for (int i = 0; i < n_tok - (int) toks.size(); i++) {
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;
         llama_token tok = (llama_token) ((s >> 33) % 256);
@@ -78,6 +84,16 @@ int main(int argc, char ** argv) {
     long tot = 0; for (long v : h) tot += v;
     long top4 = 0; for (size_t i = 0; i < h.size() && i < 4; i++) top4 += h[i];
     printf("layer0 experts_seen=%zu routings=%ld top1_share=%.3f top4_share=%.3f\n", h.size(), tot, tot ? (double) h[0] / tot : 0.0, tot ? (double) top4 / tot : 0.0);
+    for (int k : {1, 4, 8, 16}) {
+        double sum = 0; int nl = 0;
+        for (auto & [il, hh] : g_layers) {
+            std::vector<long> v = hh; std::sort(v.rbegin(), v.rend());
+            long t = 0, top = 0; for (size_t i = 0; i < v.size(); i++) { t += v[i]; if ((int) i < k) top += v[i]; }
+            if (t) { sum += (double) top / t; nl++; }
+        }
+        printf("decode top%d_share_mean_over_layers=%.3f ", k, nl ? sum / nl : 0.0);
+    }
+    printf("\n");
     llama_free(ctx);
     llama_model_free(model);
     return bad ? 1 : 0;
