@@ -564,3 +564,32 @@ fn session_csv_turns_replay_in_order_with_their_summaries() {
     // compute bar per token: cpu 100 / 2 threads = 50
     assert_eq!(app.run.live_bars().unwrap().compute_ms, Some(50.0));
 }
+
+#[test]
+fn streamed_text_matches_the_engine_side_delta_encoder() {
+    use bmoe_telemetry::deltas::DeltaEncoder;
+    // Successive full (reasoning, answer) states of a reasoning model, including the
+    // reclassification a closing think tag causes (answer text becoming reasoning).
+    let states = [
+        ("", "<think>Let me"),
+        ("", "<think>Let me think"),
+        ("Let me think", ""),
+        ("Let me think", "The"),
+        ("Let me think", "The answer"),
+        ("Let me think", "The answer is 42.\nDone"),
+    ];
+    let mut enc = DeltaEncoder::new();
+    let mut lines = Vec::new();
+    for (i, (r, t)) in states.iter().enumerate() {
+        let mut p = progress(i as u64 + 1, 6, 10.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, "", "");
+        enc.fill(&mut p, r, t);
+        lines.push(p.to_line());
+        let app = live("sh", &lines);
+        assert_eq!(
+            (app.run.reasoning.as_str(), app.run.answer.as_str()),
+            (*r, *t),
+            "after line {}",
+            i + 1
+        );
+    }
+}
