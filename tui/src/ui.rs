@@ -689,11 +689,31 @@ pub fn answer_text(run: &RunState, theme: &Theme, kind: &SourceKind) -> Text<'st
             lines.push(Line::styled(l.to_string(), theme.answer()));
         }
     }
+    // An engine that failed says why on stderr: show its last words where the answer would be.
+    let failed = run.ended.as_deref().is_some_and(|e| {
+        e.contains("exit status") && !e.ends_with("exit status: 0") || e.contains("signal")
+    });
+    if failed && run.totals.tokens == 0 {
+        lines.push(Line::styled(
+            format!(
+                "the engine ended before the first token ({})",
+                run.ended.as_deref().unwrap_or("")
+            ),
+            theme.warn(),
+        ));
+        for l in run.log.iter().rev().take(6).rev() {
+            lines.push(Line::styled(l.clone(), theme.warn()));
+        }
+        return Text::from(lines);
+    }
     if lines.is_empty() {
         let why = match kind {
             SourceKind::Replay => "(a metrics CSV records no text)",
             _ if run.totals.tokens > 0 && !run.streams_text => {
                 "(this run streams no text: baseline or an engine without deltas)"
+            }
+            _ if run.totals.tokens == 0 && run.ended.is_none() => {
+                "(waiting for the first token: model load and prompt prefill)"
             }
             _ => "(waiting for text)",
         };

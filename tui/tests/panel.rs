@@ -593,3 +593,20 @@ fn streamed_text_matches_the_engine_side_delta_encoder() {
         );
     }
 }
+
+#[test]
+fn a_failed_engine_shows_its_last_words() {
+    let mut app = App::new(SourceKind::Spawn, "bmoe-cli (pid 1)", RunConfig::default());
+    app.push(Event::Log("error: no model given (-m/--model)".into()));
+    app.push(Event::Log(
+        "hint: pass a GGUF file: bmoe-cli -m model.gguf -p \"hello\"".into(),
+    ));
+    app.push(Event::Ended("engine exit status: 2".into()));
+    let screen = render(&app, 80, 24);
+    assert!(
+        screen.contains("the engine ended before the first token (engine exit status: 2)"),
+        "{screen}"
+    );
+    assert!(screen.contains("hint: pass a GGUF file"), "{screen}");
+    assert!(screen.contains("■ ended"), "{screen}");
+}
