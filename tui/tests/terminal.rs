@@ -20,6 +20,10 @@ struct Tmux {
 
 impl Tmux {
     fn start(cmd: &str, w: u16, h: u16) -> Option<Tmux> {
+        Tmux::start_env(cmd, w, h, &[("TERM", "xterm-256color")])
+    }
+
+    fn start_env(cmd: &str, w: u16, h: u16, env: &[(&str, &str)]) -> Option<Tmux> {
         if !Command::new("tmux")
             .arg("-V")
             .output()
@@ -33,8 +37,10 @@ impl Tmux {
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         );
-        // Keep the pane after the program exits so its exit code can be read.
-        let wrapped = format!("{cmd}; echo EXIT=$?; sleep 60");
+        // Keep the pane after the program exits so its exit code can be read. The environment
+        // is set inside the pane: tmux gives panes its own TERM otherwise.
+        let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let wrapped = format!("env {} {cmd}; echo EXIT=$?; sleep 60", vars.join(" "));
         let ok = Command::new("tmux")
             .args([
                 "-L",
@@ -48,7 +54,6 @@ impl Tmux {
             ])
             .args(["-x", &w.to_string(), "-y", &h.to_string()])
             .args(["sh", "-c", &wrapped])
-            .env("TERM", "xterm-256color")
             .env_remove("NO_COLOR")
             .status()
             .unwrap()
@@ -60,6 +65,15 @@ impl Tmux {
     fn capture(&self) -> String {
         let out = Command::new("tmux")
             .args(["-L", &self.socket, "capture-pane", "-p", "-t", "t"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pane with its colour escapes (`capture-pane -e`).
+    fn capture_escapes(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p", "-e", "-t", "t"])
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -377,4 +391,76 @@ fn signals_from_outside_forward_sigint_and_end_cleanly_on_sigterm() {
     // the panel left the alternate screen: the shell's own output is visible again
     let s = t.wait_for("clean exit on SIGTERM", |s| s.contains("EXIT=0"));
     assert!(!s.contains("token 1/9"), "{s}");
+}
+
+/// Foreground/background colour parameters in the SGR sequences of a captured pane.
+fn colour_params(escaped: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for seq in escaped.split("\u{1b}[").skip(1) {
+        let Some(end) = seq.find('m') else { continue };
+        let params: Vec<&str> = seq[..end].split(';').collect();
+        let mut i = 0;
+        while i < params.len() {
+            let p = params[i];
+            if p == "38" || p == "48" {
+                out.push(params[i..params.len().min(i + 3)].join(";"));
+                i += 3;
+                continue;
+            }
+            if let Ok(n) = p.parse::<u32>()
+                && ((30..=37).contains(&n)
+                    || (40..=47).contains(&n)
+                    || (90..=97).contains(&n)
+                    || (100..=107).contains(&n))
+            {
+                out.push(p.to_string());
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn colours_degrade_in_a_real_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_csv(dir.path(), 10);
+    let cmd = format!("{} --replay {} --paused", bin(), csv.display());
+    let mut seen = Vec::new();
+    for env in [
+        vec![("TERM", "xterm-256color")],
+        vec![("TERM", "xterm")],
+        vec![("TERM", "xterm-256color"), ("NO_COLOR", "1")],
+    ] {
+        let Some(t) = Tmux::start_env(&cmd, 80, 24, &env) else {
+            return;
+        };
+        t.wait_for("first frame", |s| s.contains("token 0/10"));
+        seen.push(colour_params(&t.capture_escapes()));
+        t.keys(&["q"]);
+        t.wait_for("clean exit", |s| s.contains("EXIT=0"));
+    }
+    // crossterm writes the 16 ANSI colours as palette indices 0-15 (`38;5;6`): a 16-colour
+    // terminal gets only those; a 256-colour one gets indices above 15 too.
+    let index = |p: &String| p.rsplit(';').next().and_then(|n| n.parse::<u32>().ok());
+    let is_extended = |p: &String| p.starts_with("38;5;") || p.starts_with("48;5;");
+    let [full, basic, none] = [&seen[0], &seen[1], &seen[2]];
+    assert!(
+        full.iter()
+            .any(|p| is_extended(p) && index(p).is_some_and(|n| n > 15)),
+        "256 colours: {full:?}"
+    );
+    assert!(!basic.is_empty(), "16 colours: none at all");
+    assert!(
+        basic
+            .iter()
+            .all(|p| !is_extended(p) || index(p).is_some_and(|n| n <= 15)),
+        "16 colours: {basic:?}"
+    );
+    assert!(
+        basic
+            .iter()
+            .all(|p| !p.starts_with("38;2;") && !p.starts_with("48;2;"))
+    );
+    assert!(none.is_empty(), "NO_COLOR: {none:?}");
 }
