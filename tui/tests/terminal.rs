@@ -95,8 +95,15 @@ impl Tmux {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let s = self.capture();
+            // A capture can land mid-frame (tmux reads the panel's output in chunks): accept a
+            // screen only when it satisfies `pred` and is unchanged a moment later.
             if pred(&s) {
-                return s;
+                std::thread::sleep(Duration::from_millis(40));
+                let again = self.capture();
+                if again == s {
+                    return s;
+                }
+                continue;
             }
             assert!(
                 Instant::now() < deadline,
@@ -169,7 +176,9 @@ fn replay_in_a_real_terminal_pauses_steps_seeks_and_quits() {
     let Some(t) = Tmux::start(&cmd, 80, 24) else {
         return;
     };
-    let s = t.wait_for("paused start", |s| s.contains("token 0/100"));
+    let s = t.wait_for("paused start", |s| {
+        s.contains("token 0/100") && s.contains("paused")
+    });
     assert!(s.contains("paused"), "{s}");
     assert!(s.contains("Qwen3-30B-A3B-Q4_K_M"), "{s}");
     t.keys(&["Right", "Right", "Right"]);
