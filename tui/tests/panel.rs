@@ -610,3 +610,37 @@ fn a_failed_engine_shows_its_last_words() {
     assert!(screen.contains("hint: pass a GGUF file"), "{screen}");
     assert!(screen.contains("■ ended"), "{screen}");
 }
+
+#[test]
+fn instrumented_or_stochastic_runs_are_labelled_not_a_benchmark() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spec.csv");
+    let info = RunInfo {
+        version: Some(2),
+        model: Some("m.gguf".into()),
+        threads: Some(4),
+        temp: Some(0.7),
+        spec: Some("mtp".into()),
+        predict_log: Some(true),
+        ..RunInfo::default()
+    };
+    let mut w = MetricsWriter::create(&path, &info).unwrap();
+    w.write_row(&TokenRow {
+        step: Some(1),
+        steps: Some(1),
+        wall_ms: Some(10.0),
+        ..TokenRow::default()
+    })
+    .unwrap();
+    drop(w);
+    let mut app = App::new(SourceKind::Replay, "replay spec.csv", RunConfig::default());
+    for e in replay::load(&path).unwrap() {
+        app.push(e);
+    }
+    app.seek_tokens(usize::MAX);
+    let screen = render(&app, 120, 30);
+    assert!(
+        screen.contains("NOT A BENCHMARK: probed, stochastic, speculated"),
+        "{screen}"
+    );
+}
