@@ -473,3 +473,27 @@ fn colours_degrade_in_a_real_terminal() {
     );
     assert!(none.is_empty(), "NO_COLOR: {none:?}");
 }
+
+#[test]
+fn quitting_stops_a_running_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("stopped");
+    let script = dir.path().join("engine.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "trap 'touch {}; exit 7' INT\necho '{}'\nwhile :; do sleep 0.05; done\n",
+            marker.display(),
+            progress_line(1, 9, "hi ")
+        ),
+    )
+    .unwrap();
+    let cmd = format!("{} -- sh {}", bin(), script.display());
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    t.wait_for("first token", |s| s.contains("token 1/9"));
+    t.keys(&["q"]);
+    t.wait_for("clean exit", |s| s.contains("EXIT=0"));
+    assert!(marker.exists(), "the engine was not interrupted on quit");
+}
