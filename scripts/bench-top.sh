@@ -25,7 +25,12 @@ BIN=$CARGO_TARGET_DIR/release/bmoe-top
 GEN=$CARGO_TARGET_DIR/release/examples/bench_data
 WORK=$(mktemp -d)
 SOCK=bmoe-top-bench-$$
-cleanup() { tmux -L "$SOCK" kill-server 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() {
+  local sock_path; sock_path=$(tmux -L "$SOCK" display-message -p '#{socket_path}' 2>/dev/null || true)
+  tmux -L "$SOCK" kill-server 2>/dev/null || true
+  [ -n "$sock_path" ] && rm -f "$sock_path"
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 TOKENS=$(( DURATION * RATE + RATE * 5 ))

@@ -116,9 +116,25 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
+        // kill-server leaves the socket file behind: ask for its path first, then remove it.
+        let path = Command::new("tmux")
+            .args([
+                "-L",
+                &self.socket,
+                "display-message",
+                "-p",
+                "#{socket_path}",
+            ])
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|p| !p.is_empty());
         let _ = Command::new("tmux")
             .args(["-L", &self.socket, "kill-server"])
             .status();
+        if let Some(p) = path {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
