@@ -55,9 +55,9 @@ pub struct ReportArgs {
     /// Also plot tok/s against this axis as curves (one per combination of the other axes).
     #[arg(long, value_name = "AXIS", requires = "plots")]
     pub x: Option<String>,
-    /// Write a findings.md skeleton into the results directory (or this path).
-    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
-    pub findings: Option<PathBuf>,
+    /// Write a findings.md skeleton into the results directory.
+    #[arg(long)]
+    pub findings: bool,
     /// Bootstrap resamples (default: the manifest's [analysis], else 2000).
     #[arg(long)]
     pub resamples: Option<usize>,
@@ -276,12 +276,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             eprintln!("wrote {}", f.display());
         }
     }
-    if let Some(p) = &args.findings {
-        let path = if p.as_os_str().is_empty() {
-            args.results.join("findings.md")
-        } else {
-            p.clone()
-        };
+    if args.findings {
+        let path = args.results.join("findings.md");
         crate::sweep::results::write_atomic(&path, findings::skeleton(&report).as_bytes())?;
         eprintln!("wrote {}", path.display());
     }

@@ -187,6 +187,11 @@ impl ResultsDir {
     /// The refusals above (with a hint), and I/O errors.
     pub fn open(root: &Path, text: &str, resume: bool, force: bool) -> Result<ResultsDir> {
         fs::create_dir_all(root).with_context(|| format!("cannot create {}", root.display()))?;
+        // Runs execute in their own directories: every path handed to them must be absolute.
+        let root_abs = root
+            .canonicalize()
+            .with_context(|| format!("cannot resolve {}", root.display()))?;
+        let root = root_abs.as_path();
         let digest = sha256_bytes(text.as_bytes());
         let digest_path = root.join("manifest.sha256");
         let jsonl_path = root.join("results.jsonl");

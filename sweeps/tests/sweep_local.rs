@@ -1,0 +1,458 @@
+//! `bmoe-bench sweep` on the `local` device with real subprocesses: the results layout, the
+//! run order, resume after SIGKILL, a changed manifest, memory cgroups, manifest errors, and
+//! the real `bmoe-cli` on the tiny synthetic model.
+
+mod sweep_common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sweep_common::*;
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+const GRID: &str = r#"
+name = "grid"
+binary = "./fake-cli"
+[defaults]
+n_predict = 6
+prompt = "hello there"
+repetitions = 2
+[[model]]
+id = "tiny"
+preset = "tiny"
+[axes.cache]
+flag = "--cache-mb"
+[axes.overlap]
+switch = "--overlap"
+[[sweep]]
+name = "grid"
+flags = ["--moe-stream"]
+axes = { cache = [0, 4], overlap = [false, true] }
+tag = "c{cache}_ov{overlap}"
+order = { mode = "reverse-passes" }
+warmup = { runs = 1, discard_tokens = 1 }
+"#;
+
+#[test]
+fn local_grid_writes_every_artifact_in_order() {
+    let t = tempfile::tempdir().expect("tmp");
+    fake_engine(t.path(), 0.0);
+    write(t.path(), "grid.toml", GRID);
+    let o = run(t.path(), &["sweep", "grid.toml", "-o", "res"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let res = t.path().join("res");
+    let recs = records(&res);
+    // 4 cells × 2 repetitions + 4 warm-ups.
+    assert_eq!(recs.len(), 12, "{}", text(&o));
+    assert!(recs.iter().all(|r| r["status"] == "ok"));
+    let order: Vec<String> = recs
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["cell"].as_str().unwrap_or(""),
+                r["rep"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        order[..4],
+        [
+            "c0_ovfalse/w1",
+            "c0_ovfalse/r1",
+            "c0_ovtrue/w1",
+            "c0_ovtrue/r1"
+        ]
+    );
+    // The second pass runs in reverse.
+    assert_eq!(
+        order[8..],
+        [
+            "c4_ovtrue/r2",
+            "c4_ovfalse/r2",
+            "c0_ovtrue/r2",
+            "c0_ovfalse/r2"
+        ]
+    );
+    let r = &recs[3];
+    let argv: Vec<&str> = r["argv"]
+        .as_array()
+        .expect("argv")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(argv[0].ends_with("/fake-cli"));
+    assert_eq!(argv[1], "-m");
+    assert!(
+        argv[2].ends_with("synth-tiny.gguf") && Path::new(argv[2]).is_file(),
+        "preset built on first use: {argv:?}"
+    );
+    assert_eq!(
+        argv[3..10],
+        [
+            "--moe-stream",
+            "--cache-mb",
+            "0",
+            "--overlap",
+            "-n",
+            "6",
+            "-p"
+        ]
+    );
+    for f in [
+        "metrics.csv",
+        "stdout.txt",
+        "stderr.txt",
+        "argv.json",
+        "state.json",
+        "run.json",
+    ] {
+        assert!(
+            res.join("grid/c0_ovtrue/r1").join(f).is_file(),
+            "{f} missing"
+        );
+    }
+    let stdout = std::fs::read_to_string(res.join("grid/c0_ovtrue/r1/stdout.txt")).expect("stdout");
+    assert!(stdout.contains("arg: hello there"), "{stdout}");
+    assert!(
+        r["state_before"]["mem_available_mib"]
+            .as_f64()
+            .is_some_and(|m| m > 0.0)
+    );
+    assert_eq!(r["tokens"], 6);
+    // No temporary directories survive.
+    let leftovers: Vec<_> = walk(&res)
+        .into_iter()
+        .filter(|p| {
+            p.strip_prefix(&res)
+                .is_ok_and(|r| r.to_string_lossy().contains(".tmp"))
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // The report reads it back: 4 cells, 2 runs each, warm-ups not averaged, trim 1 token.
+    let o = run(t.path(), &["report", "res", "-f", "csv"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = String::from_utf8_lossy(&o.stdout).into_owned();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    // After trimming token 1, walls are 102..106 ms: tok/s = 5 / 0.52.
+    let avg: f64 = rows[0]
+        .split(',')
+        .nth(6)
+        .and_then(|v| v.parse().ok())
+        .expect("avg_ts");
+    assert!((avg - 5.0 / 0.520).abs() < 1e-9, "{avg}");
+    let md = run(
+        t.path(),
+        &[
+            "report",
+            "res",
+            "--baseline",
+            "c0_ovfalse",
+            "--plots",
+            "plots",
+            "--x",
+            "cache",
+            "--findings",
+        ],
+    );
+    assert!(md.status.success(), "{}", text(&md));
+    let md_text = String::from_utf8_lossy(&md.stdout);
+    assert!(md_text.contains("| c4_ovtrue | 2 |"), "{md_text}");
+    assert!(
+        md_text.contains("1.000× [1.000, 1.000]"),
+        "identical runs give ratio 1: {md_text}"
+    );
+    assert!(t.path().join("plots/tok_s-grid-tiny.svg").is_file());
+    assert!(
+        t.path()
+            .join("plots/tok_s-vs-cache-grid-tiny.svg")
+            .is_file()
+    );
+    let findings = std::fs::read_to_string(res.join("findings.md")).expect("findings");
+    assert!(
+        findings.contains("## Run order and device state") && findings.contains("c4_ovtrue"),
+        "{findings}"
+    );
+}
+
+fn walk(p: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.flatten() {
+            out.push(e.path());
+            if e.path().is_dir() {
+                out.extend(walk(&e.path()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn resume_after_sigkill_loses_at_most_the_run_in_flight() {
+    let t = tempfile::tempdir().expect("tmp");
+    fake_engine(t.path(), 0.4);
+    let manifest = r#"
+name = "slow"
+binary = "./fake-cli"
+[defaults]
+n_predict = 4
+repetitions = 3
+[[model]]
+id = "tiny"
+preset = "tiny"
+[axes.cache]
+flag = "--cache-mb"
+[[sweep]]
+name = "s"
+axes = { cache = [1, 2] }
+"#;
+    write(t.path(), "slow.toml", manifest);
+    let mut child = bench()
+        .current_dir(t.path())
+        .env("BMOE_CACHE_DIR", t.path().join("cache"))
+        .args(["sweep", "slow.toml", "-o", "res"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let res = t.path().join("res");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while records(&res).len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(150)); // mid-way through the third run
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let done_before = records(&res).len();
+    assert!((2..6).contains(&done_before), "{done_before}");
+    let calls_before = calls(t.path());
+
+    let o = run(t.path(), &["sweep", "slow.toml", "-o", "res"]);
+    assert!(
+        !o.status.success(),
+        "refuses without --resume: {}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("hint: pass --resume"),
+        "{}",
+        text(&o)
+    );
+
+    let o = run(t.path(), &["sweep", "slow.toml", "-o", "res", "--resume"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let recs = records(&res);
+    assert_eq!(recs.len(), 6, "every run exactly once");
+    let mut keys: Vec<String> = recs
+        .iter()
+        .map(|r| format!("{}{}", r["cell"], r["rep"]))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 6);
+    // Only the missing runs ran again (the killed one included).
+    assert_eq!(calls(t.path()) - calls_before, 6 - done_before);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(&format!("({done_before} already complete)")),
+        "{}",
+        text(&o)
+    );
+
+    // A changed manifest is refused unless --force.
+    write(
+        t.path(),
+        "slow.toml",
+        &manifest.replace("n_predict = 4", "n_predict = 5"),
+    );
+    let o = run(t.path(), &["sweep", "slow.toml", "-o", "res", "--resume"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("manifest changed"),
+        "{}",
+        text(&o)
+    );
+    let o = run(
+        t.path(),
+        &["sweep", "slow.toml", "-o", "res", "--resume", "--force"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+fn cgroup_writable() -> Result<(), String> {
+    let base = if Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").is_file() {
+        "/sys/fs/cgroup/memory"
+    } else if Path::new("/sys/fs/cgroup/cgroup.controllers").is_file() {
+        "/sys/fs/cgroup"
+    } else {
+        return Err("no memory cgroup hierarchy".into());
+    };
+    let probe = Path::new(base).join(format!("bmoe-bench-probe-{}", std::process::id()));
+    std::fs::create_dir(&probe).map_err(|e| format!("{base} is not writable: {e}"))?;
+    let _ = std::fs::remove_dir(&probe);
+    Ok(())
+}
+
+#[test]
+fn memory_capped_cell_runs_inside_a_cgroup() {
+    if let Err(why) = cgroup_writable() {
+        eprintln!("SKIP memory_capped_cell_runs_inside_a_cgroup: {why}");
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    fake_engine(t.path(), 0.0);
+    write(
+        t.path(),
+        "cap.toml",
+        r#"
+name = "cap"
+binary = "./fake-cli"
+[[model]]
+id = "tiny"
+preset = "tiny"
+[axes.mem]
+kind = "mem_limit"
+[[sweep]]
+name = "cap"
+axes = { mem = ["300MiB", "off"] }
+"#,
+    );
+    let o = run(t.path(), &["sweep", "cap.toml", "-o", "res"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let recs = records(&t.path().join("res"));
+    assert_eq!(recs.len(), 2);
+    let capped = &recs[0];
+    assert_eq!(capped["cgroup"]["limit_bytes"], 300u64 << 20);
+    let dir = capped["cgroup"]["dir"].as_str().expect("dir").to_string();
+    let name = dir.rsplit('/').next().expect("name").to_string();
+    // The engine's own /proc/self/cgroup names the cgroup.
+    let stdout = std::fs::read_to_string(t.path().join("res/cap/tiny_mem300MiB/r1/stdout.txt"))
+        .expect("stdout");
+    assert!(
+        stdout.lines().any(|l| l.ends_with(&format!("/{name}"))
+            && (l.contains(":memory:") || l.starts_with("0::"))),
+        "{stdout}"
+    );
+    assert!(
+        capped["cgroup"]["peak_bytes"]
+            .as_u64()
+            .is_some_and(|p| p > 0)
+    );
+    assert!(!Path::new(&dir).exists(), "cgroup removed after the run");
+    let free = std::fs::read_to_string(t.path().join("res/cap/tiny_memoff/r1/stdout.txt"))
+        .expect("stdout");
+    assert!(
+        !free.contains("bmoe-bench-"),
+        "uncapped cell stays outside: {free}"
+    );
+    assert!(recs[1]["cgroup"].is_null());
+}
+
+#[test]
+fn manifest_errors_name_the_line() {
+    let t = tempfile::tempdir().expect("tmp");
+    let cases: [(&str, &str, usize, &str); 4] = [
+        (
+            "name = \"x\"\n[[sweep]]\nname = \"s\"\nrepetitons = 2\n",
+            "unknown field `repetitons`",
+            4,
+            "hint: check the spelling",
+        ),
+        (
+            "name = \"x\"\n[[model]]\nid = \"m\"\npreset = \"tiny\"\n[axes.cache]\nflag = \"--cache-mb\"\n[[sweep]]\nname = \"s\"\naxes = { cache = [] }\n",
+            "axis `cache` in sweep `s` has no values",
+            9,
+            "hint: give it at least one value",
+        ),
+        (
+            "name = \"x\"\n[[model]]\nid = \"m\"\npreset = \"tiny\"\n[[sweep]]\nname = \"s\"\n\ndevices = [\"local\", \"phone\"]\n",
+            "uses device `phone`, which is not declared",
+            8,
+            "hint: declare it with [[device]]",
+        ),
+        (
+            "name = \"x\"\n[[device]]\nid = \"p\"\nkind = \"ssh\"\n[[sweep]]\nname = \"s\"\n",
+            "ssh device `p` has no host",
+            2,
+            "hint: add host",
+        ),
+    ];
+    for (i, (manifest, msg, line, hint)) in cases.iter().enumerate() {
+        let name = format!("bad{i}.toml");
+        write(t.path(), &name, manifest);
+        let o = run(t.path(), &["sweep", &name, "--check"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            err.contains(&format!("{name}:{line}:")),
+            "case {i}: want line {line}: {err}"
+        );
+        assert!(err.contains(msg), "case {i}: {err}");
+        assert!(err.contains(hint), "case {i}: {err}");
+    }
+    // And a good manifest checks clean.
+    write(t.path(), "good.toml", GRID);
+    let o = run(t.path(), &["sweep", "good.toml", "--check"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("4 cell(s), 12 run(s) (4 warm-up)"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn bmoe_cli_end_to_end_on_the_tiny_model() {
+    let cli = match bmoe_cli() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIP bmoe_cli_end_to_end_on_the_tiny_model: {why}");
+            return;
+        }
+    };
+    let t = tempfile::tempdir().expect("tmp");
+    write(
+        t.path(),
+        "e2e.toml",
+        &format!(
+            r#"
+name = "e2e"
+binary = "{}"
+[defaults]
+n_predict = 8
+prompt = "The history of computing"
+[[model]]
+id = "tiny"
+preset = "tiny"
+[axes.cache]
+flag = "--cache-mb"
+[[sweep]]
+name = "cache"
+flags = ["--moe-stream", "-t", "2"]
+axes = {{ cache = [0, 8] }}
+"#,
+            cli.display()
+        ),
+    );
+    let o = run(t.path(), &["sweep", "e2e.toml", "-o", "res"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let recs = records(&t.path().join("res"));
+    assert_eq!(recs.len(), 2);
+    for r in &recs {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["tokens"], 8, "{r}");
+    }
+    let o = run(t.path(), &["report", "res"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        md.contains("| tiny_cache0 | 1 |") && md.contains("| tiny_cache8 | 1 |"),
+        "{md}"
+    );
+}
