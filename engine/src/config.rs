@@ -1,0 +1,403 @@
+//! Command-line flags, their validation (engine spec §1.5) and the resolved run configuration.
+
+use clap::Parser;
+use std::path::PathBuf;
+
+/// Default prompt (as the original engine).
+pub const DEFAULT_PROMPT: &str = "The capital of Japan is";
+
+/// `bmoe-cli` flags.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "bmoe-cli",
+    about = "Run a GGUF model on llama.cpp; with --moe-stream, read only the routed experts from flash",
+    disable_version_flag = true,
+    allow_negative_numbers = true
+)]
+pub struct Cli {
+    /// Model file (for a split model, the -00001-of-NNNNN.gguf shard)
+    #[arg(short = 'm', long = "model", value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Prompt text
+    #[arg(short = 'p', long = "prompt", default_value = DEFAULT_PROMPT)]
+    pub prompt: String,
+    /// Tokens to generate
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 128,
+        value_name = "N"
+    )]
+    pub n_predict: i64,
+    /// Compute threads
+    #[arg(short = 't', long = "threads", default_value_t = 4, value_name = "N")]
+    pub threads: i64,
+    /// Context size in tokens (the prompt is prefilled as one batch of up to this size)
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        default_value_t = 2048,
+        value_name = "N"
+    )]
+    pub ctx_size: i64,
+    /// Physical batch size; 0 = the whole batch
+    #[arg(long = "ubatch", default_value_t = 0, value_name = "N")]
+    pub ubatch: i64,
+    /// Override the routing top-k (<arch>.expert_used_count); 0 = the model's own
+    #[arg(long = "n-expert-used", default_value_t = 0, value_name = "K")]
+    pub n_expert_used: i64,
+    /// Sampling temperature; 0 = greedy
+    #[arg(long = "temp", default_value_t = 0.0, value_name = "T")]
+    pub temp: f32,
+    /// Top-k (sampling only)
+    #[arg(long = "top-k", default_value_t = 40, value_name = "K")]
+    pub top_k: i64,
+    /// Top-p (sampling only)
+    #[arg(long = "top-p", default_value_t = 0.95, value_name = "P")]
+    pub top_p: f32,
+    /// Sampling seed (default: random)
+    #[arg(long = "seed", default_value_t = u32::MAX, value_name = "N")]
+    pub seed: u32,
+    /// Machine-readable per-token lines (BMOE_LOAD / BMOE_PROGRESS) on stdout
+    #[arg(long = "progress")]
+    pub progress: bool,
+    /// Stream routed experts from flash instead of keeping them mapped
+    #[arg(long = "moe-stream")]
+    pub moe_stream: bool,
+    /// Expert cache budget in MiB (0 = off: only the current layer's experts stay resident)
+    #[arg(long = "cache-mb", default_value_t = 0, value_name = "MIB")]
+    pub cache_mb: i64,
+    /// Parallel expert reads (1-8)
+    #[arg(long = "io-threads", default_value_t = 4, value_name = "N")]
+    pub io_threads: i64,
+    /// Read experts through the page cache instead of O_DIRECT
+    #[arg(long = "no-odirect")]
+    pub no_odirect: bool,
+    /// Print the version and exit
+    #[arg(long = "version")]
+    pub version: bool,
+    /// List the MoE architectures --moe-stream supports and exit
+    #[arg(long = "list-archs")]
+    pub list_archs: bool,
+    /// Benchmark input: feed seeded pseudo-random tokens instead of the sampled ones
+    #[arg(long = "feed-random", value_name = "SEED")]
+    pub feed_random: Option<u64>,
+    /// Print a hash of every step's logits to stderr (identity gates)
+    #[arg(long = "dump-logits-hash", hide = true)]
+    pub dump_logits_hash: bool,
+    /// Test only: poison expert slices after each load (routed|unrouted)
+    #[arg(long = "test-poison", hide = true, value_name = "WHICH")]
+    pub test_poison: Option<String>,
+}
+
+/// A flag error: what is wrong, which flag, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ConfigError {
+    /// What is wrong (names the flag).
+    pub message: String,
+    /// What to do.
+    pub hint: String,
+}
+
+fn err(message: impl Into<String>, hint: impl Into<String>) -> ConfigError {
+    ConfigError {
+        message: message.into(),
+        hint: hint.into(),
+    }
+}
+
+/// Streaming settings as resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// Cache budget in MiB (0 = off).
+    pub cache_mb: u64,
+    /// I/O lanes.
+    pub io_threads: usize,
+    /// O_DIRECT requested.
+    pub o_direct: bool,
+}
+
+/// Sampling as resolved: greedy, or a seeded chain.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampling {
+    /// Argmax (ties → lowest id).
+    Greedy,
+    /// top-k → top-p → temperature → seeded draw.
+    Sample {
+        /// Temperature (> 0).
+        temp: f32,
+        /// Top-k.
+        top_k: i32,
+        /// Top-p.
+        top_p: f32,
+        /// Seed.
+        seed: u32,
+    },
+}
+
+/// Test-only poisoning.
+pub use crate::stream::Poison;
+
+/// The validated, resolved configuration of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunConfig {
+    /// Model path (first shard).
+    pub model: PathBuf,
+    /// Prompt.
+    pub prompt: String,
+    /// Tokens to generate.
+    pub n_predict: usize,
+    /// Compute threads.
+    pub threads: usize,
+    /// Context size.
+    pub n_ctx: u32,
+    /// Logical batch (= n_ctx: one-batch prefill).
+    pub n_batch: u32,
+    /// Physical batch (resolved: never 0).
+    pub n_ubatch: u32,
+    /// Routing top-k override.
+    pub n_expert_used: Option<u32>,
+    /// Sampling.
+    pub sampling: Sampling,
+    /// Per-token protocol lines.
+    pub progress: bool,
+    /// Streaming, when on.
+    pub stream: Option<StreamConfig>,
+    /// Feed seeded pseudo-random tokens (benchmarks).
+    pub feed_random: Option<u64>,
+    /// Print per-step logits hashes.
+    pub dump_logits_hash: bool,
+    /// Test poisoning.
+    pub poison: Option<Poison>,
+}
+
+impl Cli {
+    /// Validates the flags (first failure wins, in the order of engine spec §1.5) and resolves
+    /// them into a [`RunConfig`].
+    pub fn resolve(&self) -> Result<RunConfig, ConfigError> {
+        let model = self.model.clone().ok_or_else(|| {
+            err(
+                "no model given (-m/--model)",
+                "pass a GGUF file: bmoe-cli -m model.gguf -p \"hello\"",
+            )
+        })?;
+        if model.as_os_str().is_empty() {
+            return Err(err("-m/--model is empty", "pass the path of a GGUF file"));
+        }
+        positive(
+            "-n/--n-predict",
+            self.n_predict,
+            "the number of tokens to generate, e.g. -n 32",
+        )?;
+        positive(
+            "-t/--threads",
+            self.threads,
+            "use at least one compute thread, e.g. -t 4",
+        )?;
+        positive(
+            "-c/--ctx-size",
+            self.ctx_size,
+            "the context size in tokens, e.g. -c 2048",
+        )?;
+        if self.ubatch < 0 {
+            return Err(err(
+                format!("--ubatch must be >= 0 (got {})", self.ubatch),
+                "0 means 'the whole batch'",
+            ));
+        }
+        if self.ubatch > self.ctx_size {
+            return Err(err(
+                format!(
+                    "--ubatch={} exceeds -c/--ctx-size={}",
+                    self.ubatch, self.ctx_size
+                ),
+                "a physical batch cannot be larger than the context; lower --ubatch or raise -c",
+            ));
+        }
+        if self.n_expert_used < 0 {
+            return Err(err(
+                format!("--n-expert-used must be >= 0 (got {})", self.n_expert_used),
+                "0 keeps the model's own top-k",
+            ));
+        }
+        let sampling = if self.temp > 0.0 {
+            if self.top_k < 0 {
+                return Err(err(
+                    format!("--top-k must be >= 0 (got {})", self.top_k),
+                    "0 disables top-k",
+                ));
+            }
+            if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+                return Err(err(
+                    format!("--top-p must be in (0, 1] (got {})", self.top_p),
+                    "1.0 disables top-p",
+                ));
+            }
+            Sampling::Sample {
+                temp: self.temp,
+                top_k: i32::try_from(self.top_k).unwrap_or(i32::MAX),
+                top_p: self.top_p,
+                seed: self.seed,
+            }
+        } else if self.temp.is_nan() {
+            return Err(err(
+                "--temp is NaN",
+                "use 0 for greedy decoding or a positive temperature",
+            ));
+        } else {
+            Sampling::Greedy
+        };
+        let stream = if self.moe_stream {
+            if !(1..=8).contains(&self.io_threads) {
+                return Err(err(
+                    format!("--io-threads must be in 1..=8 (got {})", self.io_threads),
+                    "4 lanes saturate most flash; 1 reads serially",
+                ));
+            }
+            if self.cache_mb < 0 {
+                return Err(err(
+                    format!("--cache-mb must be >= 0 (got {})", self.cache_mb),
+                    "0 turns the cache off",
+                ));
+            }
+            Some(StreamConfig {
+                cache_mb: self.cache_mb as u64,
+                io_threads: self.io_threads as usize,
+                o_direct: !self.no_odirect,
+            })
+        } else {
+            None
+        };
+        let poison = match self.test_poison.as_deref() {
+            None => None,
+            Some("routed") => Some(Poison::Routed),
+            Some("unrouted") => Some(Poison::Unrouted),
+            Some(other) => {
+                return Err(err(
+                    format!("--test-poison expects routed|unrouted, got '{other}'"),
+                    "a test-only flag",
+                ));
+            }
+        };
+        if poison.is_some() && stream.is_none() {
+            return Err(err(
+                "--test-poison requires --moe-stream",
+                "poisoning acts on streamed expert memory",
+            ));
+        }
+        let n_ctx = self.ctx_size as u32;
+        Ok(RunConfig {
+            model,
+            prompt: self.prompt.clone(),
+            n_predict: self.n_predict as usize,
+            threads: self.threads as usize,
+            n_ctx,
+            n_batch: n_ctx,
+            n_ubatch: if self.ubatch > 0 {
+                self.ubatch as u32
+            } else {
+                n_ctx
+            },
+            n_expert_used: (self.n_expert_used > 0).then_some(self.n_expert_used as u32),
+            sampling,
+            progress: self.progress,
+            stream,
+            feed_random: self.feed_random,
+            dump_logits_hash: self.dump_logits_hash,
+            poison,
+        })
+    }
+}
+
+fn positive(flag: &str, v: i64, hint: &str) -> Result<(), ConfigError> {
+    if v > 0 {
+        Ok(())
+    } else {
+        Err(err(format!("{flag} must be > 0 (got {v})"), hint))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<RunConfig, ConfigError> {
+        let mut v = vec!["bmoe-cli"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).expect("clap parse").resolve()
+    }
+
+    #[test]
+    fn defaults_resolve() {
+        let c = parse(&["-m", "x.gguf"]).unwrap();
+        assert_eq!(c.n_predict, 128);
+        assert_eq!(c.threads, 4);
+        assert_eq!((c.n_ctx, c.n_batch, c.n_ubatch), (2048, 2048, 2048));
+        assert_eq!(c.sampling, Sampling::Greedy);
+        assert_eq!(c.stream, None);
+        assert_eq!(c.prompt, DEFAULT_PROMPT);
+        let s = parse(&[
+            "-m",
+            "x.gguf",
+            "--moe-stream",
+            "--cache-mb",
+            "2",
+            "--io-threads",
+            "1",
+            "--no-odirect",
+            "--ubatch",
+            "64",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.stream,
+            Some(StreamConfig {
+                cache_mb: 2,
+                io_threads: 1,
+                o_direct: false
+            })
+        );
+        assert_eq!(s.n_ubatch, 64);
+    }
+
+    #[test]
+    fn errors_name_the_flag_in_spec_order() {
+        let e = |a: &[&str]| parse(a).unwrap_err().message;
+        assert!(e(&[]).contains("-m/--model"));
+        assert!(e(&["-m", "x", "-n", "0", "-t", "0"]).contains("-n/--n-predict"));
+        assert!(e(&["-m", "x", "-t", "-1"]).contains("-t/--threads"));
+        assert!(e(&["-m", "x", "-c", "0"]).contains("-c/--ctx-size"));
+        assert!(e(&["-m", "x", "--ubatch", "-1"]).contains("--ubatch"));
+        assert_eq!(
+            e(&["-m", "x", "-c", "64", "--ubatch", "65"]),
+            "--ubatch=65 exceeds -c/--ctx-size=64"
+        );
+        assert!(e(&["-m", "x", "--n-expert-used", "-2"]).contains("--n-expert-used"));
+        assert!(e(&["-m", "x", "--temp", "0.5", "--top-k", "-1"]).contains("--top-k"));
+        assert!(e(&["-m", "x", "--temp", "0.5", "--top-p", "0"]).contains("--top-p"));
+        assert!(e(&["-m", "x", "--temp", "0.5", "--top-p", "1.5"]).contains("--top-p"));
+        assert!(e(&["-m", "x", "--moe-stream", "--io-threads", "9"]).contains("--io-threads"));
+        assert!(e(&["-m", "x", "--moe-stream", "--io-threads", "0"]).contains("--io-threads"));
+        assert!(e(&["-m", "x", "--moe-stream", "--cache-mb", "-1"]).contains("--cache-mb"));
+        assert!(e(&["-m", "x", "--test-poison", "routed"]).contains("--moe-stream"));
+    }
+
+    #[test]
+    fn inert_flags_are_not_rejected_without_streaming() {
+        // as in the original: streaming knobs are simply inert without --moe-stream
+        assert!(parse(&["-m", "x", "--io-threads", "99", "--cache-mb", "-5"]).is_ok());
+        // sampling knobs are only checked when sampling
+        assert!(parse(&["-m", "x", "--top-p", "7"]).is_ok());
+    }
+
+    #[test]
+    fn every_error_has_a_hint() {
+        for args in [
+            &["-m", "x", "-n", "0"][..],
+            &["-m", "x", "--moe-stream", "--io-threads", "9"],
+        ] {
+            assert!(!parse(args).unwrap_err().hint.is_empty());
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! `--csv PATH`: the `# bmoe_metrics v2` file — the resolved configuration as a preamble, one
+//! row per token (flushed as written, so a killed run keeps every completed token) and a
+//! `# summary` trailer. Every line goes through `bmoe_telemetry::metrics`; nothing here formats
+//! a contract line by hand.
+
+use crate::memory::{MemorySnapshot, mib};
+use crate::report::{RunSummary, TokenStats};
+use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow, trailer_keys};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// What a row adds to a token's [`TokenStats`]: the memory picture and the loop gap.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowContext {
+    /// Which `generate()` of the session (0 for one-shot).
+    pub turn: u64,
+    /// Memory sampled right after the decode.
+    pub memory: MemorySnapshot,
+    /// Expert-cache budget in effect, MiB (0 without a cache).
+    pub cache_budget_mib: f64,
+    /// Wall time from the end of the previous decode to the start of this one, ms.
+    pub loop_overhead_ms: f64,
+    /// System page size (bytes), for `majflt_mib`.
+    pub page_size: u64,
+}
+
+/// One CSV row: every column of the seed, `0` where a feature of a later issue is off
+/// (speculation, overlap waits, route-ahead) and where the platform cannot measure.
+pub fn token_row(t: &TokenStats, c: &RowContext) -> TokenRow {
+    let p = c.memory.process.unwrap_or_default();
+    let s = c.memory.system.unwrap_or_default();
+    TokenRow {
+        step: Some(t.step as u64),
+        steps: Some(t.steps as u64),
+        wall_ms: Some(t.wall_ms),
+        io_ms: Some(t.io_ms),
+        compute_ms: Some(t.compute_ms),
+        read_bytes: Some(t.read_bytes),
+        cache_hit_pct: Some(t.cache_hit_pct),
+        stall_ms: Some(t.stall_ms),
+        mgmt_ms: Some(t.mgmt_ms),
+        majflt: Some(t.majflt),
+        cpu_ms: Some(t.cpu_ms),
+        dense_resident_frac: Some(t.dense_resident_frac),
+        turn: Some(c.turn),
+        majflt_mib: Some(mib(t.majflt.saturating_mul(c.page_size))),
+        cache_budget_mib: Some(c.cache_budget_mib),
+        rss_mib: Some(mib(p.rss)),
+        rss_anon_mib: Some(mib(p.rss_anon)),
+        rss_file_mib: Some(mib(p.rss_file)),
+        swap_mib: Some(mib(p.swap)),
+        mem_available_mib: Some(mib(s.available)),
+        mem_free_mib: Some(mib(s.free)),
+        swap_free_mib: Some(mib(s.swap_free)),
+        loop_overhead_ms: Some(c.loop_overhead_ms),
+        mtp_batch: Some(1),
+        mtp_draft_ms: Some(0.0),
+        drain_ms: Some(0.0),
+        adopt_ms: Some(0.0),
+        ra_issue_ms: Some(0.0),
+        ra_wd_ms: Some(0.0),
+    }
+}
+
+/// End-of-run figures the trailer needs beyond [`RunSummary`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TrailerContext {
+    /// Expert-cache budget in effect, MiB (0 without a cache).
+    pub cache_budget_mib: f64,
+    /// Σ loop overhead incl. the tail after the last decode, s.
+    pub loop_overhead_s: f64,
+    /// Process CPU during the prefill, s.
+    pub prefill_cpu_s: f64,
+    /// Bytes read during the prefill.
+    pub prefill_read_bytes: u64,
+    /// Blocked read time during the prefill, s.
+    pub prefill_io_s: f64,
+    /// Cache management during the prefill, s.
+    pub prefill_mgmt_s: f64,
+}
+
+/// The `# summary` trailer: every key that applies to a plain or streamed run.
+pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
+    use trailer_keys as k;
+    let n = s.n_gen.max(1) as f64;
+    let s_tok = s.decode_s / n;
+    let mut t = SummaryTrailer::new();
+    t.push(k::TOKENS, s.n_gen.to_string());
+    t.push_f64(k::S_PER_TOK, s_tok, 3);
+    t.push_f64(
+        k::TOK_S,
+        if s.decode_s > 0.0 {
+            s.n_gen as f64 / s.decode_s
+        } else {
+            0.0
+        },
+        3,
+    );
+    let st = s.stream.unwrap_or_default();
+    let (io_tok, mgmt_tok) = (st.io_s / n, st.mgmt_s / n);
+    t.push_f64(k::READ_MIB, mib(st.read_bytes), 1);
+    t.push_f64(k::IO_S, st.io_s, 2);
+    t.push_f64(
+        k::COMPUTE_S_PER_TOK,
+        (s_tok - io_tok - mgmt_tok).max(0.0),
+        3,
+    );
+    t.push_f64(k::IO_S_PER_TOK, io_tok, 3);
+    t.push_f64(
+        k::CACHE_HIT_PCT,
+        if s.stream.is_some() {
+            st.cache_hit_pct
+        } else {
+            -1.0
+        },
+        1,
+    );
+    t.push(k::N_PROMPT, s.n_prompt.to_string());
+    t.push_f64(k::LOAD_S, s.load_s, 3);
+    t.push_f64(k::PREFILL_S, s.prefill_s, 3);
+    t.push_f64(
+        k::PREFILL_TPS,
+        if s.prefill_s > 0.0 {
+            s.n_prompt as f64 / s.prefill_s
+        } else {
+            0.0
+        },
+        2,
+    );
+    t.push_f64(k::STALL_S_PER_TOK, 0.0, 3);
+    t.push_f64(k::MGMT_S_PER_TOK, mgmt_tok, 3);
+    t.push_f64(k::CACHE_RESIDENT_MIB, mib(st.resident_bytes), 1);
+    t.push_f64(k::CACHE_BUDGET_MIB, c.cache_budget_mib, 1);
+    t.push("cache_resizes", "0");
+    t.push_f64(k::MAJFLT_PER_TOK, s.majflt as f64 / n, 2);
+    t.push_f64(k::CPU_S_PER_TOK, s.cpu_s / n, 4);
+    t.push_f64(k::LOOP_OVERHEAD_S_PER_TOK, c.loop_overhead_s / n, 4);
+    t.push("evictions", st.evictions.to_string());
+    t.push("rereads", st.rereads.to_string());
+    t.push_f64("prefill_cpu_s", c.prefill_cpu_s, 3);
+    t.push_f64("prefill_read_mib", mib(c.prefill_read_bytes), 1);
+    t.push_f64("prefill_io_s", c.prefill_io_s, 3);
+    t.push_f64("prefill_stall_s", 0.0, 3);
+    t.push_f64("prefill_mgmt_s", c.prefill_mgmt_s, 3);
+    t
+}
+
+/// An open metrics CSV.
+pub struct CsvSink {
+    writer: MetricsWriter<File>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for CsvSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CsvSink").field("path", &self.path).finish()
+    }
+}
+
+impl CsvSink {
+    /// Creates `path` and writes the preamble and header.
+    ///
+    /// # Errors
+    /// A message naming the file when it cannot be created or written.
+    pub fn create(path: &Path, info: &RunInfo) -> Result<Self, String> {
+        let writer = MetricsWriter::create(path, info)
+            .map_err(|e| format!("cannot write --csv {}: {e}", path.display()))?;
+        Ok(Self {
+            writer,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Appends one row (flushed).
+    ///
+    /// # Errors
+    /// A message naming the file when the write fails.
+    pub fn write_row(&mut self, row: &TokenRow) -> Result<(), String> {
+        self.writer
+            .write_row(row)
+            .map_err(|e| format!("writing --csv {}: {e}", self.path.display()))
+    }
+
+    /// Appends the `# summary` trailer (flushed).
+    ///
+    /// # Errors
+    /// A message naming the file when the write fails.
+    pub fn write_summary(&mut self, t: &SummaryTrailer) -> Result<(), String> {
+        self.writer
+            .write_summary(t)
+            .map_err(|e| format!("writing --csv {}: {e}", self.path.display()))
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{ProcessMemory, SystemMemory};
+    use crate::report::StreamSummary;
+    use bmoe_telemetry::metrics::{MetricsFile, TOKEN_COLUMNS};
+
+    fn sample_row() -> TokenStats {
+        TokenStats {
+            step: 1,
+            steps: 2,
+            wall_ms: 10.0,
+            io_ms: 4.0,
+            mgmt_ms: 1.0,
+            read_bytes: 1 << 20,
+            cache_hit_pct: 50.0,
+            majflt: 3,
+            cpu_ms: 30.0,
+            dense_resident_frac: -1.0,
+            ..Default::default()
+        }
+        .with_residual()
+    }
+
+    #[test]
+    fn a_written_file_reads_back_with_every_column_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.csv");
+        let info = RunInfo {
+            engine: Some("0.1.0".into()),
+            model: Some("tiny.gguf".into()),
+            cache_mb: Some(2),
+            dense_weights: Some("mmap".into()),
+            ..Default::default()
+        };
+        let mut sink = CsvSink::create(&path, &info).unwrap();
+        let ctx = RowContext {
+            memory: MemorySnapshot {
+                process: Some(ProcessMemory {
+                    rss: 10 << 20,
+                    rss_anon: 4 << 20,
+                    rss_file: 6 << 20,
+                    swap: 0,
+                }),
+                system: Some(SystemMemory {
+                    available: 100 << 20,
+                    free: 50 << 20,
+                    swap_free: 0,
+                }),
+            },
+            cache_budget_mib: 2.0,
+            loop_overhead_ms: 0.25,
+            page_size: 4096,
+            turn: 0,
+        };
+        sink.write_row(&token_row(&sample_row(), &ctx)).unwrap();
+        // flushed per row: readable before the trailer exists
+        let partial = MetricsFile::read(&path).unwrap();
+        assert_eq!(partial.rows.len(), 1);
+        let summary = RunSummary {
+            n_gen: 1,
+            decode_s: 0.01,
+            cpu_s: 0.03,
+            majflt: 3,
+            threads: 2,
+            n_prompt: 4,
+            prefill_s: 0.1,
+            load_s: 0.5,
+            stream: Some(StreamSummary {
+                read_bytes: 1 << 20,
+                io_s: 0.004,
+                mgmt_s: 0.001,
+                cache_hit_pct: 50.0,
+                resident_bytes: 1 << 20,
+                evictions: 0,
+                rereads: 0,
+            }),
+        };
+        sink.write_summary(&trailer(&summary, &TrailerContext::default()))
+            .unwrap();
+        let f = MetricsFile::read(&path).unwrap();
+        assert_eq!(f.header, TOKEN_COLUMNS.map(String::from).to_vec());
+        let r = &f.rows[0];
+        for col in TOKEN_COLUMNS {
+            assert!(r.get_f64(col).is_some(), "column {col} empty");
+        }
+        assert_eq!(r.compute_ms, Some(5.0));
+        assert_eq!(r.majflt_mib, Some(0.01));
+        assert_eq!(r.rss_anon_mib, Some(4.0));
+        assert_eq!(f.info.cache_mb, Some(2));
+        let t = &f.summaries[0];
+        assert_eq!(t.get_f64("read_MiB"), Some(1.0));
+        assert_eq!(t.get_f64("compute_s/tok"), Some(0.005));
+        assert_eq!(t.get_f64("majflt/tok"), Some(3.0));
+        assert_eq!(t.get_u64("n_prompt"), Some(4));
+    }
+
+    #[test]
+    fn an_unwritable_path_names_the_file() {
+        let e =
+            CsvSink::create(Path::new("/nonexistent-dir/x.csv"), &RunInfo::default()).unwrap_err();
+        assert!(e.contains("/nonexistent-dir/x.csv"));
+    }
+}

@@ -1,0 +1,136 @@
+//! The eval callback (`cb_eval`): a safe view of graph nodes for the hook.
+
+use llama_cpp_sys_2 as ll;
+use std::ffi::{CStr, c_void};
+
+/// What the engine does at graph nodes. llama.cpp calls [`EvalHook::wants`] for every node before
+/// computing it; a `true` answer isolates the node and [`EvalHook::observe`] runs right after it
+/// was computed, on the thread that called `llama_decode`, while the compute threads wait.
+pub trait EvalHook {
+    /// Whether to observe `node` once computed.
+    fn wants(&mut self, node: &Node<'_>) -> bool;
+    /// Called after a wanted node was computed.
+    fn observe(&mut self, node: &Node<'_>);
+}
+
+/// A graph node (or one of its sources) during the callback.
+pub struct Node<'a> {
+    t: &'a ll::ggml_tensor,
+}
+
+impl<'a> Node<'a> {
+    /// The node's name (`ffn_moe_topk-3`, `blk.3.ffn_up_exps.weight`, …).
+    pub fn name(&self) -> &'a str {
+        // SAFETY: ggml keeps `name` NUL-terminated within its 64-byte array.
+        let c = unsafe { CStr::from_ptr(self.t.name.as_ptr()) };
+        c.to_str().unwrap_or("")
+    }
+
+    /// Whether this is a leaf (no op: a weight or an input).
+    pub fn is_leaf(&self) -> bool {
+        self.t.op == ll::GGML_OP_NONE
+    }
+
+    /// Element counts per dimension.
+    pub fn ne(&self) -> [i64; 4] {
+        self.t.ne
+    }
+
+    /// Byte strides per dimension.
+    pub fn nb(&self) -> [usize; 4] {
+        self.t.nb
+    }
+
+    /// The node's sources.
+    pub fn sources(&self) -> impl Iterator<Item = Node<'a>> + 'a {
+        self.t.src.iter().filter(|p| !p.is_null()).map(|&p| {
+            // SAFETY: non-null sources of a live node are live tensors of the same graph.
+            Node { t: unsafe { &*p } }
+        })
+    }
+
+    /// A reference to this tensor's memory, for weight tensors with data.
+    pub fn weight_ref(&self) -> Option<WeightRef> {
+        if self.t.data.is_null() || !self.is_leaf() {
+            return None;
+        }
+        let ne = self.t.ne;
+        let nb = self.t.nb;
+        // the byte size of a (possibly quantized) contiguous tensor is nb[3] * ne[3]
+        let bytes = nb[3].checked_mul(usize::try_from(ne[3]).ok()?)?;
+        Some(WeightRef {
+            name: self.name().to_string(),
+            addr: self.t.data as usize,
+            bytes,
+            n_expert: usize::try_from(ne[2]).ok()?,
+            expert_stride: nb[2],
+        })
+    }
+
+    /// The expert ids of a `ffn_moe_topk-<il>` node, token-major (`ne[0]` ids per token, `ne[1]`
+    /// tokens), read with the node's strides (it is a view of the full argsort, so rows are
+    /// `nb[1]` bytes apart, not `ne[0]*4`). `None` if the node is not a 2-D I32 tensor.
+    pub fn expert_ids(&self) -> Option<Vec<i32>> {
+        let t = self.t;
+        if t.type_ != ll::GGML_TYPE_I32 || t.data.is_null() || t.ne[2] != 1 || t.ne[3] != 1 {
+            return None;
+        }
+        let (k, n) = (
+            usize::try_from(t.ne[0]).ok()?,
+            usize::try_from(t.ne[1]).ok()?,
+        );
+        let mut out = Vec::with_capacity(k * n);
+        let base = t.data as *const u8;
+        for j in 0..n {
+            for i in 0..k {
+                // SAFETY: the node was just computed into host memory (CPU backend); (i, j) is
+                // within ne, so the strided offset is inside the tensor's (view) extent.
+                let v = unsafe {
+                    base.add(i * t.nb[0] + j * t.nb[1])
+                        .cast::<i32>()
+                        .read_unaligned()
+                };
+                out.push(v);
+            }
+        }
+        Some(out)
+    }
+}
+
+/// A weight tensor's location in process memory, captured from a live graph. Only this module
+/// creates one, so an address in a `WeightRef` always points at llama.cpp-owned weight memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeightRef {
+    /// GGUF tensor name.
+    pub name: String,
+    /// Address of the tensor data.
+    pub addr: usize,
+    /// Total bytes.
+    pub bytes: usize,
+    /// `ne[2]`: the expert count for expert tensors.
+    pub n_expert: usize,
+    /// `nb[2]`: bytes per expert slice.
+    pub expert_stride: usize,
+}
+
+pub(super) unsafe extern "C" fn eval_trampoline<H: EvalHook>(
+    t: *mut ll::ggml_tensor,
+    ask: bool,
+    ud: *mut c_void,
+) -> bool {
+    if t.is_null() || ud.is_null() {
+        return false;
+    }
+    // SAFETY: ud is the Box<H> pointer installed by Context::new, alive until llama_free; the
+    // callback runs on the decoding thread while Context::decode holds &mut Context, so this is
+    // the only reference to the hook. t is a live graph node for the duration of the call.
+    let (hook, node) = unsafe { (&mut *(ud as *mut H), Node { t: &*t }) };
+    if ask {
+        hook.wants(&node)
+    } else {
+        hook.observe(&node);
+        // never cancel the rest of the split: a failure is reported through the abort flag,
+        // which stops the graph instead of silently skipping nodes
+        true
+    }
+}

@@ -1,0 +1,443 @@
+//! Safe wrappers over the llama.cpp C API (llama-cpp-sys-2). Every `unsafe` block of the engine
+//! that talks to llama.cpp lives in this module.
+
+mod graph;
+
+pub use graph::{EvalHook, Node, WeightRef};
+
+use llama_cpp_sys_2 as ll;
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A llama.cpp token id.
+pub type Token = i32;
+
+static BACKEND: Once = Once::new();
+
+/// Initialises llama.cpp's backends once per process and routes its log: warnings and errors
+/// reach stderr, the chatty info lines only when `BMOE_LLAMA_LOG=1`.
+pub fn init_backend() {
+    BACKEND.call_once(|| {
+        let verbose = std::env::var("BMOE_LLAMA_LOG").is_ok_and(|v| v == "1");
+        // SAFETY: the callback is a plain function valid for the whole process; the user-data
+        // pointer is unused. llama_backend_init has no preconditions and runs once (Once).
+        unsafe {
+            if !verbose {
+                ll::llama_log_set(Some(quiet_log), std::ptr::null_mut());
+            }
+            ll::llama_backend_init();
+        }
+    });
+}
+
+unsafe extern "C" fn quiet_log(level: ll::ggml_log_level, text: *const c_char, _: *mut c_void) {
+    if level >= ll::GGML_LOG_LEVEL_WARN && level != ll::GGML_LOG_LEVEL_CONT && !text.is_null() {
+        // SAFETY: llama.cpp passes a NUL-terminated string valid for the duration of the call.
+        let s = unsafe { CStr::from_ptr(text) };
+        eprint!("llama.cpp: {}", s.to_string_lossy());
+    }
+}
+
+fn c_path(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("path contains a NUL byte: {}", path.display()))
+}
+
+/// Model-load options (the parts of `llama_model_params` bmoe sets).
+#[derive(Debug, Clone, Default)]
+pub struct ModelOptions {
+    /// Override of `<arch>.expert_used_count` (the routing top-k), if any.
+    pub expert_used_override: Option<(String, i64)>,
+}
+
+/// A loaded model: mmap load mode, no lazy tensors, no repacked buffers, CPU only — so every
+/// weight tensor's data sits at `mmap base + GGUF file offset`, which streaming relies on.
+pub struct Model {
+    raw: NonNull<ll::llama_model>,
+    // kept alive while the model lives: llama.cpp reads overrides during load only, but keeping
+    // them here costs nothing and rules out a dangling pointer.
+    _overrides: Vec<ll::llama_model_kv_override>,
+}
+
+impl Model {
+    /// Loads `path` (the first shard of a split model).
+    pub fn load(path: &Path, opts: &ModelOptions) -> Result<Self, String> {
+        init_backend();
+        let cpath = c_path(path)?;
+        let mut overrides = Vec::new();
+        if let Some((key, val)) = &opts.expert_used_override {
+            // SAFETY: llama_model_kv_override is a plain C struct; all-zero is a valid value
+            // (tag INT = 0, empty key) and doubles as the list terminator.
+            let mut ov: ll::llama_model_kv_override = unsafe { std::mem::zeroed() };
+            ov.tag = ll::LLAMA_KV_OVERRIDE_TYPE_INT;
+            for (dst, src) in ov.key.iter_mut().zip(key.bytes().take(127)) {
+                *dst = src as c_char;
+            }
+            ov.__bindgen_anon_1.val_i64 = *val;
+            overrides.push(ov);
+            // SAFETY: as above, the zeroed entry terminates the list.
+            overrides.push(unsafe { std::mem::zeroed() });
+        }
+        // SAFETY: returns a plain struct of defaults.
+        let mut mp = unsafe { ll::llama_model_default_params() };
+        mp.load_mode = ll::LLAMA_LOAD_MODE_MMAP;
+        mp.lazy_mode = ll::LLAMA_LAZY_MODE_OFF;
+        mp.use_extra_bufts = false;
+        mp.n_gpu_layers = 0;
+        if !overrides.is_empty() {
+            mp.kv_overrides = overrides.as_ptr();
+        }
+        // SAFETY: cpath is a valid C string; mp is fully initialised; the override array (if
+        // any) is terminated and outlives the call.
+        let raw = unsafe { ll::llama_model_load_from_file(cpath.as_ptr(), mp) };
+        let raw =
+            NonNull::new(raw).ok_or_else(|| format!("failed to load model: {}", path.display()))?;
+        Ok(Self {
+            raw,
+            _overrides: overrides,
+        })
+    }
+
+    fn vocab(&self) -> *const ll::llama_vocab {
+        // SAFETY: the model pointer is valid for the lifetime of self.
+        unsafe { ll::llama_model_get_vocab(self.raw.as_ptr()) }
+    }
+
+    /// A string metadata value (e.g. `general.architecture`), if present.
+    pub fn meta_str(&self, key: &str) -> Option<String> {
+        let ckey = CString::new(key).ok()?;
+        let mut buf = vec![0u8; 512];
+        // SAFETY: buf is writable for buf.len() bytes; llama.cpp NUL-terminates within it.
+        let n = unsafe {
+            ll::llama_model_meta_val_str(
+                self.raw.as_ptr(),
+                ckey.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return None;
+        }
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
+
+    /// Number of transformer layers (excluding MTP/nextn layers).
+    pub fn n_layer(&self) -> usize {
+        // SAFETY: valid model pointer.
+        let n = unsafe { ll::llama_model_n_layer(self.raw.as_ptr()) };
+        usize::try_from(n).unwrap_or(0)
+    }
+
+    /// Vocabulary size.
+    pub fn n_vocab(&self) -> usize {
+        // SAFETY: valid vocab pointer owned by the model.
+        let n = unsafe { ll::llama_vocab_n_tokens(self.vocab()) };
+        usize::try_from(n).unwrap_or(0)
+    }
+
+    /// The BOS token, or token 0 when the vocabulary has none.
+    pub fn bos(&self) -> Token {
+        // SAFETY: valid vocab pointer.
+        let b = unsafe { ll::llama_vocab_bos(self.vocab()) };
+        if b < 0 { 0 } else { b }
+    }
+
+    /// Whether `tok` ends generation (EOS, EOT, …).
+    pub fn is_eog(&self, tok: Token) -> bool {
+        // SAFETY: valid vocab pointer; any token value is accepted.
+        unsafe { ll::llama_vocab_is_eog(self.vocab(), tok) }
+    }
+
+    /// Tokenizes `text` (special tokens parsed, BOS added when the model wants one).
+    pub fn tokenize(&self, text: &str) -> Result<Vec<Token>, String> {
+        let len = i32::try_from(text.len()).map_err(|_| "prompt too long".to_string())?;
+        let mut toks = vec![0 as Token; text.len() + 8];
+        for _ in 0..2 {
+            let cap = i32::try_from(toks.len()).map_err(|_| "prompt too long".to_string())?;
+            // SAFETY: text is valid for len bytes; toks is writable for cap tokens.
+            let n = unsafe {
+                ll::llama_tokenize(
+                    self.vocab(),
+                    text.as_ptr().cast(),
+                    len,
+                    toks.as_mut_ptr(),
+                    cap,
+                    true,
+                    true,
+                )
+            };
+            if n >= 0 {
+                toks.truncate(n as usize);
+                return Ok(toks);
+            }
+            toks.resize(n.unsigned_abs() as usize, 0);
+        }
+        Err("tokenization failed".to_string())
+    }
+
+    /// The text bytes of one token (special tokens rendered).
+    pub fn token_piece(&self, tok: Token) -> Vec<u8> {
+        let mut buf = vec![0u8; 64];
+        for _ in 0..2 {
+            let cap = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+            // SAFETY: buf is writable for cap bytes.
+            let n = unsafe {
+                ll::llama_token_to_piece(self.vocab(), tok, buf.as_mut_ptr().cast(), cap, 0, true)
+            };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return buf;
+            }
+            buf.resize(n.unsigned_abs() as usize, 0);
+        }
+        Vec::new()
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from llama_model_load_from_file and is freed once; every
+        // Context borrowing this model has been dropped (Context holds &Model).
+        unsafe { ll::llama_model_free(self.raw.as_ptr()) }
+    }
+}
+
+/// Context options.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextOptions {
+    /// KV size in tokens.
+    pub n_ctx: u32,
+    /// Logical batch (tokens per `decode` call).
+    pub n_batch: u32,
+    /// Physical batch.
+    pub n_ubatch: u32,
+    /// Compute threads (attached ggml threadpool).
+    pub n_threads: i32,
+}
+
+/// Why a decode failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The abort callback stopped the graph (e.g. a failed expert read).
+    Aborted,
+    /// Any other non-zero status from `llama_decode`.
+    Failed(i32),
+}
+
+/// A llama.cpp context with an attached threadpool and, optionally, an eval hook.
+pub struct Context<'m, H: EvalHook> {
+    raw: NonNull<ll::llama_context>,
+    threadpool: NonNull<ll::ggml_threadpool>,
+    hook: Option<NonNull<H>>,
+    abort: Arc<AtomicBool>,
+    model: &'m Model,
+}
+
+impl<'m, H: EvalHook> Context<'m, H> {
+    /// Creates a context. With a hook, llama.cpp calls it for every graph node (`cb_eval`).
+    /// `abort` is polled by the CPU backend after each node: once set, the decode stops.
+    pub fn new(
+        model: &'m Model,
+        opts: ContextOptions,
+        hook: Option<H>,
+        abort: Arc<AtomicBool>,
+    ) -> Result<Self, String> {
+        let hook = hook.map(|h| {
+            // SAFETY: Box::into_raw never returns null.
+            unsafe { NonNull::new_unchecked(Box::into_raw(Box::new(h))) }
+        });
+        // SAFETY: returns a plain struct of defaults.
+        let mut cp = unsafe { ll::llama_context_default_params() };
+        cp.n_ctx = opts.n_ctx;
+        cp.n_batch = opts.n_batch;
+        cp.n_ubatch = opts.n_ubatch;
+        cp.n_threads = opts.n_threads;
+        cp.n_threads_batch = opts.n_threads;
+        cp.no_perf = true;
+        if let Some(h) = hook {
+            cp.cb_eval = Some(graph::eval_trampoline::<H>);
+            cp.cb_eval_user_data = h.as_ptr().cast();
+        }
+        cp.abort_callback = Some(abort_trampoline);
+        cp.abort_callback_data = Arc::as_ptr(&abort).cast_mut().cast();
+        // SAFETY: the model pointer is valid and outlives the context ('m); the hook and abort
+        // pointers stay valid until Drop, which frees the context first.
+        let raw = unsafe { ll::llama_init_from_model(model.raw.as_ptr(), cp) };
+        let Some(raw) = NonNull::new(raw) else {
+            if let Some(h) = hook {
+                // SAFETY: created by Box::into_raw above and not shared with llama.cpp.
+                drop(unsafe { Box::from_raw(h.as_ptr()) });
+            }
+            return Err("failed to create context".to_string());
+        };
+        // SAFETY: plain struct construction; n_threads > 0 is validated by the CLI.
+        let mut tpp = unsafe { ll::ggml_threadpool_params_default(opts.n_threads) };
+        // SAFETY: tpp is a valid, initialised parameter block.
+        let tp = unsafe { ll::ggml_threadpool_new(&mut tpp) };
+        let Some(threadpool) = NonNull::new(tp) else {
+            // SAFETY: raw is a live context not yet used.
+            unsafe { ll::llama_free(raw.as_ptr()) };
+            if let Some(h) = hook {
+                // SAFETY: the context that referenced the hook is freed.
+                drop(unsafe { Box::from_raw(h.as_ptr()) });
+            }
+            return Err("failed to create the ggml threadpool".to_string());
+        };
+        // SAFETY: both pointers are live; the threadpool outlives the context (freed after it).
+        unsafe {
+            ll::llama_attach_threadpool(raw.as_ptr(), threadpool.as_ptr(), threadpool.as_ptr())
+        };
+        Ok(Self {
+            raw,
+            threadpool,
+            hook,
+            abort,
+            model,
+        })
+    }
+
+    /// The model this context runs.
+    pub fn model(&self) -> &'m Model {
+        self.model
+    }
+
+    /// The hook, between decodes.
+    pub fn hook_mut(&mut self) -> Option<&mut H> {
+        // SAFETY: the hook is only touched by llama.cpp inside `decode`, which takes &mut self,
+        // so no other reference exists while this one lives.
+        self.hook.map(|h| unsafe { &mut *h.as_ptr() })
+    }
+
+    /// Runs the model on `tokens` at the next positions; logits only for the last token.
+    pub fn decode(&mut self, tokens: &mut [Token]) -> Result<(), DecodeError> {
+        let n = i32::try_from(tokens.len()).map_err(|_| DecodeError::Failed(-1))?;
+        // SAFETY: tokens is valid for n entries during the call; llama_batch_get_one borrows
+        // it without copying and the batch is consumed before we return.
+        let rc = unsafe {
+            let batch = ll::llama_batch_get_one(tokens.as_mut_ptr(), n);
+            ll::llama_decode(self.raw.as_ptr(), batch)
+        };
+        match rc {
+            0 => Ok(()),
+            2 => Err(DecodeError::Aborted),
+            _ if self.abort.load(Ordering::SeqCst) => Err(DecodeError::Aborted),
+            other => Err(DecodeError::Failed(other)),
+        }
+    }
+
+    /// The logits of the last decoded token.
+    pub fn last_logits(&self) -> &[f32] {
+        let n = self.model.n_vocab();
+        // SAFETY: after a successful decode llama.cpp owns an n_vocab-float buffer for the
+        // last output row, valid until the next decode (which needs &mut self).
+        unsafe {
+            let p = ll::llama_get_logits_ith(self.raw.as_ptr(), -1);
+            if p.is_null() {
+                &[]
+            } else {
+                std::slice::from_raw_parts(p, n)
+            }
+        }
+    }
+
+    /// Clears the KV cache (drops every position).
+    pub fn clear_memory(&mut self) {
+        // SAFETY: valid context; the memory handle is owned by it.
+        unsafe {
+            let mem = ll::llama_get_memory(self.raw.as_ptr());
+            if !mem.is_null() {
+                ll::llama_memory_clear(mem, true);
+            }
+        }
+    }
+
+    /// Samples with a top-k → top-p → temperature → seeded distribution chain.
+    pub fn sampler(&self, s: SamplerParams) -> Sampler {
+        Sampler::new(s)
+    }
+
+    /// Samples the last logits with `sampler`.
+    pub fn sample(&mut self, sampler: &mut Sampler) -> Token {
+        // SAFETY: both pointers are live; idx -1 = last output row.
+        unsafe { ll::llama_sampler_sample(sampler.raw.as_ptr(), self.raw.as_ptr(), -1) }
+    }
+}
+
+impl<H: EvalHook> Drop for Context<'_, H> {
+    fn drop(&mut self) {
+        // SAFETY: the context is freed before the threadpool it uses and before the hook its
+        // callback points to; each is freed exactly once.
+        unsafe {
+            ll::llama_free(self.raw.as_ptr());
+            ll::ggml_threadpool_free(self.threadpool.as_ptr());
+            if let Some(h) = self.hook {
+                drop(Box::from_raw(h.as_ptr()));
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn abort_trampoline(data: *mut c_void) -> bool {
+    if data.is_null() {
+        return false;
+    }
+    // SAFETY: data is the Arc<AtomicBool> pointer the Context keeps alive until llama_free.
+    let flag = unsafe { &*(data as *const AtomicBool) };
+    flag.load(Ordering::Relaxed)
+}
+
+/// Stochastic sampling parameters (greedy decoding does not use a sampler).
+#[derive(Debug, Clone, Copy)]
+pub struct SamplerParams {
+    /// Temperature (> 0).
+    pub temp: f32,
+    /// Top-k (0 = off).
+    pub top_k: i32,
+    /// Top-p in (0, 1].
+    pub top_p: f32,
+    /// RNG seed.
+    pub seed: u32,
+}
+
+/// A llama.cpp sampler chain.
+pub struct Sampler {
+    raw: NonNull<ll::llama_sampler>,
+}
+
+impl Sampler {
+    fn new(s: SamplerParams) -> Self {
+        // SAFETY: the chain takes ownership of each added sampler; init functions return fresh
+        // objects (never null for valid parameters).
+        unsafe {
+            let chain = ll::llama_sampler_chain_init(ll::llama_sampler_chain_default_params());
+            ll::llama_sampler_chain_add(chain, ll::llama_sampler_init_top_k(s.top_k));
+            ll::llama_sampler_chain_add(chain, ll::llama_sampler_init_top_p(s.top_p, 1));
+            ll::llama_sampler_chain_add(chain, ll::llama_sampler_init_temp(s.temp));
+            ll::llama_sampler_chain_add(chain, ll::llama_sampler_init_dist(s.seed));
+            Self {
+                raw: NonNull::new_unchecked(chain),
+            }
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        // SAFETY: created by llama_sampler_chain_init, freed once (frees the members too).
+        unsafe { ll::llama_sampler_free(self.raw.as_ptr()) }
+    }
+}
+
+/// llama.cpp's system-info line (SIMD features compiled in).
+pub fn system_info() -> String {
+    // SAFETY: returns a static NUL-terminated string.
+    unsafe { CStr::from_ptr(ll::llama_print_system_info()) }
+        .to_string_lossy()
+        .into_owned()
+}

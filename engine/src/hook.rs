@@ -1,0 +1,152 @@
+//! The graph hook: captures the expert tensors during a warm-up decode, then loads the routed
+//! experts at every `ffn_moe_topk-<il>` node before the expert matmuls consume them.
+
+use crate::ffi::{EvalHook, Node, WeightRef};
+use crate::registry::Recipe;
+use crate::stream::Streamer;
+use crate::stream::io::ReadError;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Parses `<base>-<il>` node names: the layer when `name` is exactly `base`, a dash and digits.
+pub fn layer_of(name: &str, base: &str) -> Option<usize> {
+    let digits = name.strip_prefix(base)?.strip_prefix('-')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The routing node whose ids decide which experts a layer reads.
+pub const TOPK_NODE: &str = "ffn_moe_topk";
+
+enum Phase {
+    /// Record every expert tensor a node reads.
+    Capture(Vec<(usize, &'static str, WeightRef)>),
+    /// Load routed experts.
+    Stream(Box<Streamer>),
+    /// Do nothing (between phases).
+    Idle,
+}
+
+/// The engine's eval hook.
+pub struct MoeHook {
+    recipe: &'static Recipe,
+    phase: Phase,
+    abort: Arc<AtomicBool>,
+    error: Option<ReadError>,
+    topk_calls: u64,
+}
+
+impl MoeHook {
+    /// A hook in capture mode for `recipe`; `abort` is the context's abort flag, raised on a
+    /// failed read so the decode stops instead of computing on missing bytes.
+    pub fn capturing(recipe: &'static Recipe, abort: Arc<AtomicBool>) -> Self {
+        Self {
+            recipe,
+            phase: Phase::Capture(Vec::new()),
+            abort,
+            error: None,
+            topk_calls: 0,
+        }
+    }
+
+    /// Ends capture, returning what was seen.
+    pub fn take_captured(&mut self) -> Vec<(usize, &'static str, WeightRef)> {
+        match std::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::Capture(v) => v,
+            other => {
+                self.phase = other;
+                Vec::new()
+            }
+        }
+    }
+
+    /// Starts streaming with `streamer`.
+    pub fn stream_with(&mut self, streamer: Streamer) {
+        self.phase = Phase::Stream(Box::new(streamer));
+    }
+
+    /// The streamer, once streaming.
+    pub fn streamer(&self) -> Option<&Streamer> {
+        match &self.phase {
+            Phase::Stream(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The streamer, mutably.
+    pub fn streamer_mut(&mut self) -> Option<&mut Streamer> {
+        match &mut self.phase {
+            Phase::Stream(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The read failure that aborted a decode, if any.
+    pub fn take_error(&mut self) -> Option<ReadError> {
+        self.error.take()
+    }
+
+    /// Routing callbacks served so far.
+    pub fn topk_calls(&self) -> u64 {
+        self.topk_calls
+    }
+}
+
+impl EvalHook for MoeHook {
+    fn wants(&mut self, node: &Node<'_>) -> bool {
+        match &mut self.phase {
+            Phase::Capture(seen) => {
+                for src in node.sources() {
+                    if let Some((il, suffix)) = self.recipe.match_tensor(src.name())
+                        && let Some(w) = src.weight_ref()
+                        && w.n_expert > 0
+                    {
+                        seen.push((il, suffix, w));
+                    }
+                }
+                false
+            }
+            Phase::Stream(_) => {
+                let name = node.name();
+                name.starts_with("ffn_moe_") && layer_of(name, TOPK_NODE).is_some()
+            }
+            Phase::Idle => false,
+        }
+    }
+
+    fn observe(&mut self, node: &Node<'_>) {
+        let Phase::Stream(streamer) = &mut self.phase else {
+            return;
+        };
+        if self.error.is_some() {
+            return;
+        }
+        let Some(il) = layer_of(node.name(), TOPK_NODE) else {
+            return;
+        };
+        self.topk_calls += 1;
+        let Some(ids) = node.expert_ids() else { return };
+        if let Err(e) = streamer.load_layer(il, &ids) {
+            self.error = Some(e);
+            self.abort.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_suffix_must_be_exact() {
+        assert_eq!(layer_of("ffn_moe_topk-12", TOPK_NODE), Some(12));
+        assert_eq!(layer_of("ffn_moe_topk-0", TOPK_NODE), Some(0));
+        assert_eq!(layer_of("ffn_moe_topk_sum-1", TOPK_NODE), None);
+        assert_eq!(layer_of("ffn_moe_topk-", TOPK_NODE), None);
+        assert_eq!(layer_of("ffn_moe_topk-1x", TOPK_NODE), None);
+        assert_eq!(layer_of("ffn_moe_topk", TOPK_NODE), None);
+        assert_eq!(layer_of("ffn_moe_weights-3", TOPK_NODE), None);
+    }
+}

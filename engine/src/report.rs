@@ -1,0 +1,366 @@
+//! The figures a run reports and the lines that carry them (seed telemetry contract).
+//!
+//! `TokenStats` is one generated token's row (the later CSV sink writes the same struct);
+//! `RunSummary` is the end-of-run picture. The line formats follow `seed/telemetry.md`.
+
+use bmoe_telemetry::protocol::{Load, Progress, round_to};
+use bmoe_telemetry::summary::{
+    CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeChurn, MoeStream, Prefill,
+};
+
+/// One generated token's measurements.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TokenStats {
+    /// 1-based index.
+    pub step: usize,
+    /// Target token count.
+    pub steps: usize,
+    /// Wall time of the `llama_decode` that fed this token.
+    pub wall_ms: f64,
+    /// Time blocked on expert reads (serial).
+    pub io_ms: f64,
+    /// Residual: wall − io − mgmt, clamped at 0.
+    pub compute_ms: f64,
+    /// Cache management time.
+    pub mgmt_ms: f64,
+    /// Overlap stall (0 in serial mode).
+    pub stall_ms: f64,
+    /// Bytes read from flash.
+    pub read_bytes: u64,
+    /// Cumulative hit rate, −1 without a cache.
+    pub cache_hit_pct: f64,
+    /// Major faults during the decode.
+    pub majflt: u64,
+    /// Process CPU time during the decode.
+    pub cpu_ms: f64,
+    /// Dense residency sample (−1 = unmeasured).
+    pub dense_resident_frac: f64,
+}
+
+impl TokenStats {
+    /// Fills `compute_ms` from the measured terms (the seed's residual).
+    pub fn with_residual(mut self) -> Self {
+        self.compute_ms = (self.wall_ms - self.io_ms - self.mgmt_ms - self.stall_ms).max(0.0);
+        self
+    }
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The `BMOE_LOAD` line, present only when experts were read (or waited for) this token.
+pub fn load_line(t: &TokenStats) -> Option<String> {
+    (t.read_bytes > 0 || t.io_ms > 0.0).then(|| {
+        Load {
+            mb: round_to(t.read_bytes as f64 / MIB, 2),
+            ms: round_to(t.io_ms, 1),
+        }
+        .to_line()
+    })
+}
+
+/// The `BMOE_PROGRESS` line with this token's answer delta. Values are rounded to the original
+/// CLI's decimals so the wire stays short.
+pub fn progress_line(t: &TokenStats, delta_text: &str) -> String {
+    Progress {
+        step: t.step as u64,
+        steps: t.steps as u64,
+        wall_ms: round_to(t.wall_ms, 1),
+        io_ms: round_to(t.io_ms, 1),
+        compute_ms: round_to(t.compute_ms, 1),
+        mgmt_ms: round_to(t.mgmt_ms, 1),
+        stall_ms: round_to(t.stall_ms, 1),
+        read_mb: round_to(t.read_bytes as f64 / MIB, 2),
+        cache_hit_pct: round_to(t.cache_hit_pct, 1),
+        majflt: t.majflt,
+        cpu_ms: round_to(t.cpu_ms, 1),
+        dense_resident_frac: round_to(t.dense_resident_frac, 3),
+        reset: false,
+        delta_reasoning: String::new(),
+        delta_text: delta_text.to_string(),
+    }
+    .to_line()
+}
+
+/// What the `mode:` line says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModeLine {
+    /// `--moe-stream` with a cache budget (0 = off).
+    Streaming {
+        /// Budget in MiB.
+        cache_mb: u64,
+    },
+    /// Plain llama.cpp on a MoE architecture this build could stream.
+    PlainStreamable {
+        /// Architecture.
+        arch: String,
+    },
+    /// Plain llama.cpp on an architecture without a recipe.
+    PlainUnsupported {
+        /// Architecture.
+        arch: String,
+    },
+}
+
+/// The `mode:` line (printed on every run).
+pub fn mode_line(m: &ModeLine) -> String {
+    let mode = match m {
+        ModeLine::Streaming { cache_mb } => Mode::Streaming {
+            cache: if *cache_mb == 0 {
+                CacheSetting::Off
+            } else {
+                CacheSetting::Mib(*cache_mb)
+            },
+            dense: DenseWeights::Mmap,
+            overlap: None,
+            extra: Vec::new(),
+        },
+        ModeLine::PlainStreamable { arch } => Mode::NotStreaming(format!(
+            "plain llama.cpp on mmap — expert streaming off (pass --moe-stream to stream this {arch} model's experts)"
+        )),
+        ModeLine::PlainUnsupported { arch } => Mode::NotStreaming(format!(
+            "plain llama.cpp on mmap — architecture '{arch}' is not one this build streams (see --list-archs)"
+        )),
+    };
+    mode.to_string()
+}
+
+/// End-of-run figures.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunSummary {
+    /// Tokens generated.
+    pub n_gen: usize,
+    /// Σ decode wall (s).
+    pub decode_s: f64,
+    /// Σ process CPU during decodes (s).
+    pub cpu_s: f64,
+    /// Σ major faults during decodes.
+    pub majflt: u64,
+    /// Compute threads.
+    pub threads: usize,
+    /// Prompt tokens prefilled.
+    pub n_prompt: usize,
+    /// Prefill wall (s).
+    pub prefill_s: f64,
+    /// Model load incl. capture and streaming set-up (s).
+    pub load_s: f64,
+    /// Streaming figures (generation deltas), when streaming.
+    pub stream: Option<StreamSummary>,
+}
+
+/// The generation's streaming figures.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StreamSummary {
+    /// Bytes read during generation.
+    pub read_bytes: u64,
+    /// Σ io (s).
+    pub io_s: f64,
+    /// Σ mgmt (s).
+    pub mgmt_s: f64,
+    /// Cumulative hit rate, −1 without a cache.
+    pub cache_hit_pct: f64,
+    /// Resident cache bytes at the end.
+    pub resident_bytes: u64,
+    /// Evictions (cumulative).
+    pub evictions: u64,
+    /// Re-reads (cumulative).
+    pub rereads: u64,
+}
+
+/// The end-of-run lines after the banners: `generation:`, `compute:`, `mode:`, `prefill:`,
+/// `moe-stream:`, `moe-cache:`.
+pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
+    let n = s.n_gen.max(1) as f64;
+    let s_tok = s.decode_s / n;
+    let tok_s = if s.decode_s > 0.0 {
+        s.n_gen as f64 / s.decode_s
+    } else {
+        0.0
+    };
+    let mut out = vec![
+        Generation {
+            tokens: s.n_gen as u64,
+            s_per_token: s_tok,
+            tok_s,
+        }
+        .to_string(),
+    ];
+    let cpu_tok = s.cpu_s / n;
+    let flt_tok = s.majflt as f64 / n;
+    if cpu_tok > 0.0 || flt_tok > 0.0 {
+        let occupancy_pct = if s_tok > 0.0 {
+            100.0 * cpu_tok / (s_tok * s.threads.max(1) as f64)
+        } else {
+            0.0
+        };
+        out.push(
+            Compute {
+                occupancy_pct,
+                cpu_s_per_token: cpu_tok,
+                threads: s.threads as u64,
+                major_faults_per_token: flt_tok,
+            }
+            .to_string(),
+        );
+    }
+    out.push(mode_line(mode));
+    if s.n_prompt > 0 {
+        let tok_s = if s.prefill_s > 0.0 {
+            s.n_prompt as f64 / s.prefill_s
+        } else {
+            0.0
+        };
+        out.push(
+            Prefill {
+                tokens: s.n_prompt as u64,
+                seconds: s.prefill_s,
+                tok_s,
+                load_s: s.load_s,
+                ttft_s: s.load_s + s.prefill_s,
+            }
+            .to_string(),
+        );
+    }
+    if let Some(st) = &s.stream {
+        let read_mib = st.read_bytes as f64 / MIB;
+        let io_s = st.io_s / n;
+        let mgmt_s = st.mgmt_s / n;
+        out.push(
+            MoeStream {
+                read_mib,
+                mib_per_token: read_mib / n,
+                decode_s_per_token: s_tok,
+                compute_s: (s_tok - io_s - mgmt_s).max(0.0),
+                mgmt_s: Some(mgmt_s),
+                io_s,
+                mib_per_s: if st.io_s > 0.0 {
+                    read_mib / st.io_s
+                } else {
+                    0.0
+                },
+                stall_s_per_token: None,
+            }
+            .to_string(),
+        );
+        if st.cache_hit_pct >= 0.0 {
+            out.push(
+                MoeCache {
+                    hit_pct: st.cache_hit_pct,
+                    resident_mib: st.resident_bytes as f64 / MIB,
+                    budget_mib: None,
+                    budget_note: None,
+                }
+                .to_string(),
+            );
+            if st.evictions > 0 || st.rereads > 0 {
+                out.push(
+                    MoeChurn {
+                        evictions: st.evictions,
+                        rereads: st.rereads,
+                        rereads_per_token: st.rereads as f64 / n,
+                    }
+                    .to_string(),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_line_matches_the_contract() {
+        let t = TokenStats {
+            step: 3,
+            steps: 32,
+            wall_ms: 10.04,
+            io_ms: 4.0,
+            mgmt_ms: 1.0,
+            read_bytes: 3 * 1024 * 1024 / 2,
+            cache_hit_pct: 50.0,
+            majflt: 2,
+            cpu_ms: 19.96,
+            dense_resident_frac: -1.0,
+            ..Default::default()
+        }
+        .with_residual();
+        assert_eq!(
+            progress_line(&t, "hi\n"),
+            "BMOE_PROGRESS {\"step\":3,\"steps\":32,\"wall_ms\":10.0,\"io_ms\":4.0,\"compute_ms\":5.0,\"mgmt_ms\":1.0,\"stall_ms\":0.0,\"read_mb\":1.5,\"cache_hit_pct\":50.0,\"majflt\":2,\"cpu_ms\":20.0,\"dense_resident_frac\":-1.0,\"delta_reasoning\":\"\",\"delta_text\":\"hi\\n\"}"
+        );
+        assert_eq!(load_line(&t).unwrap(), "BMOE_LOAD {\"mb\":1.5,\"ms\":4.0}");
+        assert_eq!(load_line(&TokenStats::default()), None);
+    }
+
+    #[test]
+    fn residual_clamps_at_zero() {
+        let t = TokenStats {
+            wall_ms: 1.0,
+            io_ms: 2.0,
+            ..Default::default()
+        }
+        .with_residual();
+        assert_eq!(t.compute_ms, 0.0);
+    }
+
+    #[test]
+    fn summary_lines_follow_the_templates() {
+        let s = RunSummary {
+            n_gen: 4,
+            decode_s: 2.0,
+            cpu_s: 4.0,
+            majflt: 0,
+            threads: 2,
+            n_prompt: 5,
+            prefill_s: 0.5,
+            load_s: 1.0,
+            stream: Some(StreamSummary {
+                read_bytes: 8 * 1024 * 1024,
+                io_s: 1.0,
+                mgmt_s: 0.2,
+                cache_hit_pct: 25.0,
+                resident_bytes: 2 * 1024 * 1024,
+                evictions: 3,
+                rereads: 2,
+            }),
+        };
+        let lines = summary_lines(&s, &ModeLine::Streaming { cache_mb: 2 });
+        assert_eq!(
+            lines[0],
+            "generation: 4 tokens, 0.500 s/token (2.000 tok/s)"
+        );
+        assert_eq!(
+            lines[1],
+            "compute: 100.0% CPU occupancy (1.0000 cpu-s/token over 2 threads), 0.00 major faults/token"
+        );
+        assert_eq!(lines[2], "mode: expert streaming, cache 2 MiB, dense mmap");
+        assert_eq!(
+            lines[3],
+            "prefill: 5 tokens, 0.500 s (10.0 tok/s) | model load 1.000 s | TTFT 1.500 s"
+        );
+        assert_eq!(
+            lines[4],
+            "moe-stream: read 8.0 MiB (2.00 MiB/token), decode 0.500 s/token (compute 0.200 + cache mgmt 0.050 + flash I/O 0.250 s/token, 8 MiB/s)"
+        );
+        assert_eq!(lines[5], "moe-cache: 25.0% hit, resident 2.0 MiB");
+        assert!(lines[6].starts_with("moe-cache: 3 evictions, 2 re-reads (0.5/token)"));
+        let plain = summary_lines(
+            &RunSummary {
+                n_gen: 1,
+                decode_s: 1.0,
+                ..Default::default()
+            },
+            &ModeLine::PlainUnsupported {
+                arch: "llama".into(),
+            },
+        );
+        assert_eq!(plain.len(), 2);
+        assert!(plain[1].contains("'llama' is not one this build streams"));
+        assert_eq!(
+            mode_line(&ModeLine::Streaming { cache_mb: 0 }),
+            "mode: expert streaming, cache off, dense mmap"
+        );
+    }
+}

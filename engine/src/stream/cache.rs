@@ -1,0 +1,330 @@
+//! The expert cache policy: one LRU over (layer, expert) entries with a byte budget.
+//!
+//! Pure bookkeeping — no memory is touched here. The streamer asks [`ExpertCache::touch`] for
+//! every routed expert of a load, reads the misses, then asks [`ExpertCache::evict_to_budget`]
+//! which entries to release. Entries staged by the current load are never evicted, so a budget
+//! of 0 ("cache off") keeps exactly the current layer's experts resident, and a single layer
+//! bigger than the budget overshoots it until the next load.
+
+/// An entry: expert `expert` of layer `layer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EntryId {
+    /// Layer index (the `<il>` of the graph's node names).
+    pub layer: usize,
+    /// Expert index within the layer.
+    pub expert: usize,
+}
+
+/// What a lookup found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touch {
+    /// Already resident: nothing to read.
+    Hit,
+    /// Not resident: the caller must read it; it is now accounted as resident.
+    Miss {
+        /// The entry had been resident before and was evicted (bytes paid for twice).
+        reread: bool,
+    },
+}
+
+/// Cumulative counters since the cache was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheCounters {
+    /// Lookups (one per distinct routed expert per load).
+    pub lookups: u64,
+    /// Lookups served from memory.
+    pub hits: u64,
+    /// Entries released.
+    pub evictions: u64,
+    /// Misses on entries that had been evicted before.
+    pub rereads: u64,
+}
+
+const NIL: usize = usize::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    valid: bool,
+    ever_evicted: bool,
+    stamp: u64,
+    prev: usize,
+    next: usize,
+}
+
+/// LRU over (layer, expert) with a budget in bytes.
+#[derive(Debug, Clone)]
+pub struct ExpertCache {
+    n_expert: usize,
+    entry_bytes: Vec<u64>,
+    budget: u64,
+    slots: Vec<Slot>,
+    head: usize,
+    tail: usize,
+    resident: u64,
+    generation: u64,
+    counters: CacheCounters,
+}
+
+impl ExpertCache {
+    /// A cache for `entry_bytes.len()` layers of `n_expert` experts each, where an entry of layer
+    /// `il` costs `entry_bytes[il]` (0 for layers that are not streamed), holding at most
+    /// `budget` bytes beyond the current load.
+    pub fn new(n_expert: usize, entry_bytes: Vec<u64>, budget: u64) -> Self {
+        let n = entry_bytes.len() * n_expert;
+        let slot = Slot {
+            valid: false,
+            ever_evicted: false,
+            stamp: 0,
+            prev: NIL,
+            next: NIL,
+        };
+        Self {
+            n_expert,
+            entry_bytes,
+            budget,
+            slots: vec![slot; n],
+            head: NIL,
+            tail: NIL,
+            resident: 0,
+            generation: 0,
+            counters: CacheCounters::default(),
+        }
+    }
+
+    /// The byte budget (0 = cache off).
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Bytes of entries currently resident.
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident
+    }
+
+    /// Cumulative counters.
+    pub fn counters(&self) -> CacheCounters {
+        self.counters
+    }
+
+    /// Whether `id` is resident.
+    pub fn is_resident(&self, id: EntryId) -> bool {
+        self.index(id).is_some_and(|i| self.slots[i].valid)
+    }
+
+    /// Starts a new load: entries touched from now on are protected from eviction until the next
+    /// call.
+    pub fn begin_load(&mut self) {
+        self.generation += 1;
+    }
+
+    /// Looks `id` up for the current load: a hit moves it to the front; a miss makes it resident
+    /// (the caller reads it). Out-of-range ids are reported as `None` and change nothing.
+    pub fn touch(&mut self, id: EntryId) -> Option<Touch> {
+        let i = self.index(id)?;
+        self.counters.lookups += 1;
+        let gen_now = self.generation;
+        if self.slots[i].valid {
+            self.counters.hits += 1;
+            self.slots[i].stamp = gen_now;
+            self.move_to_front(i);
+            return Some(Touch::Hit);
+        }
+        let reread = self.slots[i].ever_evicted;
+        if reread {
+            self.counters.rereads += 1;
+        }
+        let slot = &mut self.slots[i];
+        slot.valid = true;
+        slot.stamp = gen_now;
+        self.resident += self.entry_bytes[id.layer];
+        self.push_front(i);
+        Some(Touch::Miss { reread })
+    }
+
+    /// Marks `id` as most recently used without counting a lookup (a duplicate routing of an
+    /// expert already staged by this load).
+    pub fn refresh(&mut self, id: EntryId) {
+        if let Some(i) = self.index(id)
+            && self.slots[i].valid
+        {
+            self.slots[i].stamp = self.generation;
+            self.move_to_front(i);
+        }
+    }
+
+    /// Releases least-recently-used entries until the resident bytes fit the budget, never
+    /// touching entries of the current load. Returns the released entries; the caller drops
+    /// their memory.
+    pub fn evict_to_budget(&mut self) -> Vec<EntryId> {
+        let mut out = Vec::new();
+        while self.resident > self.budget && self.tail != NIL {
+            let i = self.tail;
+            if self.slots[i].stamp == self.generation {
+                break;
+            }
+            out.push(self.release(i));
+        }
+        out
+    }
+
+    /// Forgets `id` (its memory no longer holds the file's bytes). Not counted as an eviction.
+    pub fn invalidate(&mut self, id: EntryId) {
+        if let Some(i) = self.index(id)
+            && self.slots[i].valid
+        {
+            self.unlink(i);
+            self.slots[i].valid = false;
+            self.resident -= self.entry_bytes[id.layer];
+        }
+    }
+
+    fn release(&mut self, i: usize) -> EntryId {
+        self.unlink(i);
+        let id = EntryId {
+            layer: i / self.n_expert,
+            expert: i % self.n_expert,
+        };
+        let slot = &mut self.slots[i];
+        slot.valid = false;
+        slot.ever_evicted = true;
+        self.resident -= self.entry_bytes[id.layer];
+        self.counters.evictions += 1;
+        id
+    }
+
+    fn index(&self, id: EntryId) -> Option<usize> {
+        (id.expert < self.n_expert && id.layer < self.entry_bytes.len())
+            .then(|| id.layer * self.n_expert + id.expert)
+    }
+
+    fn push_front(&mut self, i: usize) {
+        self.slots[i].prev = NIL;
+        self.slots[i].next = self.head;
+        if self.head != NIL {
+            self.slots[self.head].prev = i;
+        }
+        self.head = i;
+        if self.tail == NIL {
+            self.tail = i;
+        }
+    }
+
+    fn unlink(&mut self, i: usize) {
+        let Slot { prev, next, .. } = self.slots[i];
+        if prev != NIL {
+            self.slots[prev].next = next;
+        } else {
+            self.head = next;
+        }
+        if next != NIL {
+            self.slots[next].prev = prev;
+        } else {
+            self.tail = prev;
+        }
+        self.slots[i].prev = NIL;
+        self.slots[i].next = NIL;
+    }
+
+    fn move_to_front(&mut self, i: usize) {
+        if self.head != i {
+            self.unlink(i);
+            self.push_front(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(layer: usize, expert: usize) -> EntryId {
+        EntryId { layer, expert }
+    }
+
+    #[test]
+    fn budget_zero_keeps_only_the_current_load() {
+        let mut c = ExpertCache::new(4, vec![10, 10], 0);
+        c.begin_load();
+        assert_eq!(c.touch(id(0, 1)), Some(Touch::Miss { reread: false }));
+        assert_eq!(c.touch(id(0, 2)), Some(Touch::Miss { reread: false }));
+        assert!(c.evict_to_budget().is_empty(), "current load is protected");
+        assert_eq!(c.resident_bytes(), 20);
+        c.begin_load();
+        c.touch(id(1, 0));
+        let mut ev = c.evict_to_budget();
+        ev.sort();
+        assert_eq!(ev, vec![id(0, 1), id(0, 2)]);
+        assert_eq!(c.resident_bytes(), 10);
+        assert!(c.is_resident(id(1, 0)));
+        c.begin_load();
+        assert_eq!(c.touch(id(0, 1)), Some(Touch::Miss { reread: true }));
+        assert_eq!(c.counters().rereads, 1);
+        assert_eq!(c.counters().evictions, 2);
+    }
+
+    #[test]
+    fn lru_order_decides_victims() {
+        let mut c = ExpertCache::new(8, vec![10], 30);
+        for e in 0..3 {
+            c.begin_load();
+            c.touch(id(0, e));
+        }
+        c.begin_load();
+        assert_eq!(c.touch(id(0, 0)), Some(Touch::Hit)); // 0 becomes most recent
+        c.begin_load();
+        c.touch(id(0, 5));
+        assert_eq!(c.evict_to_budget(), vec![id(0, 1)]);
+        c.begin_load();
+        c.touch(id(0, 6));
+        assert_eq!(c.evict_to_budget(), vec![id(0, 2)]);
+        assert_eq!(
+            c.counters(),
+            CacheCounters {
+                lookups: 6,
+                hits: 1,
+                evictions: 2,
+                rereads: 0
+            }
+        );
+    }
+
+    #[test]
+    fn refresh_reorders_without_a_lookup() {
+        let mut c = ExpertCache::new(4, vec![10], 20);
+        c.begin_load();
+        c.touch(id(0, 0));
+        c.begin_load();
+        c.touch(id(0, 1));
+        c.begin_load();
+        c.refresh(id(0, 0));
+        c.touch(id(0, 2));
+        assert_eq!(c.evict_to_budget(), vec![id(0, 1)]);
+        assert_eq!(c.counters().lookups, 3);
+    }
+
+    #[test]
+    fn out_of_range_and_invalidate() {
+        let mut c = ExpertCache::new(2, vec![10], 100);
+        c.begin_load();
+        assert_eq!(c.touch(id(0, 9)), None);
+        assert_eq!(c.touch(id(3, 0)), None);
+        c.touch(id(0, 1));
+        c.invalidate(id(0, 1));
+        assert!(!c.is_resident(id(0, 1)));
+        assert_eq!(c.resident_bytes(), 0);
+        assert_eq!(c.touch(id(0, 1)), Some(Touch::Miss { reread: false }));
+    }
+
+    #[test]
+    fn big_budget_never_evicts() {
+        let mut c = ExpertCache::new(4, vec![10, 20], 1000);
+        for il in 0..2 {
+            for e in 0..4 {
+                c.begin_load();
+                c.touch(id(il, e));
+                assert!(c.evict_to_budget().is_empty());
+            }
+        }
+        assert_eq!(c.resident_bytes(), 120);
+    }
+}

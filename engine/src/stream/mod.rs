@@ -1,0 +1,322 @@
+//! Expert streaming: the layout of the experts, the cache policy, the reads, and the
+//! [`Streamer`] that ties them together at each routing.
+
+pub mod cache;
+pub mod io;
+pub mod layout;
+
+use cache::{EntryId, ExpertCache, Touch};
+use io::{DirectOutcome, Lanes, ReadError, ShardFile};
+use layout::{ExpertLayout, ModelIndex, ReadJob};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::vm::Arena;
+
+/// Streaming settings (resolved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// Cache budget in bytes (0 = off: only the current layer's experts stay resident).
+    pub cache_bytes: u64,
+    /// I/O lanes (1..=8).
+    pub io_threads: usize,
+    /// Ask for O_DIRECT.
+    pub o_direct: bool,
+}
+
+/// Cumulative streaming counters (per-token figures are deltas of these).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Bytes read from flash (aligned windows included).
+    pub read_bytes: u64,
+    /// Wall time blocked in the read phase of loads.
+    pub io_ns: u64,
+    /// Cache management time (lookups, LRU, eviction).
+    pub mgmt_ns: u64,
+    /// Layer loads (routing callbacks).
+    pub loads: u64,
+    /// Experts read (misses).
+    pub experts_read: u64,
+    /// Cache lookups.
+    pub lookups: u64,
+    /// Cache hits.
+    pub hits: u64,
+    /// Entries evicted.
+    pub evictions: u64,
+    /// Misses on entries evicted before.
+    pub rereads: u64,
+    /// Bytes resident in the cache now.
+    pub resident_bytes: u64,
+}
+
+/// Test-only poisoning: writes NaN bytes (0xFF) over expert slices after each load, to prove
+/// the gates can fail (a routed slice) and that unrouted slices are never read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poison {
+    /// Poison every slice that is not resident after the load.
+    Unrouted,
+    /// Poison the first routed expert's first tensor slice.
+    Routed,
+}
+
+/// What happened when the streamer was set up.
+#[derive(Debug, Clone)]
+pub struct StreamSetup {
+    /// Whether every shard reads with O_DIRECT.
+    pub o_direct: bool,
+    /// Warnings to print (fallbacks).
+    pub warnings: Vec<String>,
+    /// Bytes refilled from the file around the taken-over pages.
+    pub refilled_bytes: u64,
+    /// Lanes running.
+    pub lanes: usize,
+}
+
+/// Streams routed experts into place at each routing decision.
+pub struct Streamer {
+    layout: ExpertLayout,
+    cache: ExpertCache,
+    arena: Arc<Arena>,
+    lanes: Lanes,
+    direct: Vec<bool>,
+    stats: StreamStats,
+    seen: Vec<u64>,
+    seen_gen: u64,
+    poison: Option<Poison>,
+}
+
+/// Why setting up streaming failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// Opening a shard failed.
+    #[error("cannot open {path} for expert reads: {source}")]
+    Open {
+        /// The shard.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Replacing the expert pages failed.
+    #[error("cannot move the expert tensors to anonymous memory: {0}")]
+    Remap(std::io::Error),
+    /// Refilling neighbour bytes failed.
+    #[error("cannot refill bytes around the expert tensors: {0}")]
+    Refill(ReadError),
+}
+
+impl Streamer {
+    /// Takes over the expert memory of `layout` (all experts start non-resident), opens the
+    /// shards and starts the lanes.
+    pub fn start(
+        layout: ExpertLayout,
+        index: &ModelIndex,
+        settings: StreamSettings,
+    ) -> Result<(Self, StreamSetup), SetupError> {
+        let mut files = Vec::with_capacity(index.shards.len());
+        let mut warnings = Vec::new();
+        for path in &index.shards {
+            let (f, outcome) =
+                ShardFile::open(path, settings.o_direct).map_err(|source| SetupError::Open {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            if let DirectOutcome::Fallback(why) = outcome {
+                warnings.push(format!(
+                    "{why} on {} — using buffered I/O for expert reads",
+                    path.display()
+                ));
+            }
+            files.push(f);
+        }
+        let direct: Vec<bool> = files.iter().map(ShardFile::is_direct).collect();
+        let weights: Vec<crate::ffi::WeightRef> = layout
+            .tensors()
+            .map(|t| crate::ffi::WeightRef {
+                name: t.name.clone(),
+                addr: t.addr,
+                bytes: t.bytes,
+                n_expert: layout.n_expert,
+                expert_stride: t.stride,
+            })
+            .collect();
+        let arena = Arena::take_over(&weights).map_err(SetupError::Remap)?;
+        let mut refilled = 0u64;
+        for (shard, offset, len) in layout.refill_ranges(&index.shard_sizes) {
+            let Some(base) = layout.shard_bases[shard] else {
+                continue;
+            };
+            let job = ReadJob::plan(shard, offset, base + offset as usize, len as usize, false);
+            let n = arena
+                .read_into(files[shard].buffered(), job.addr, job.len, job.offset)
+                .map_err(|e| {
+                    SetupError::Refill(ReadError {
+                        path: files[shard].path().to_path_buf(),
+                        offset,
+                        len: len as usize,
+                        got: 0,
+                        errno: Some(e.raw_os_error().unwrap_or(libc::EIO)),
+                    })
+                })?;
+            if n < job.len {
+                return Err(SetupError::Refill(ReadError {
+                    path: files[shard].path().to_path_buf(),
+                    offset,
+                    len: job.len,
+                    got: n,
+                    errno: None,
+                }));
+            }
+            refilled += n as u64;
+        }
+        let arena = Arc::new(arena);
+        let lanes = Lanes::new(settings.io_threads, files, Arc::clone(&arena));
+        let cache = ExpertCache::new(layout.n_expert, layout.entry_bytes(), settings.cache_bytes);
+        let setup = StreamSetup {
+            o_direct: !direct.is_empty() && direct.iter().all(|&d| d),
+            warnings,
+            refilled_bytes: refilled,
+            lanes: lanes.lanes(),
+        };
+        let seen = vec![0; layout.n_expert];
+        Ok((
+            Self {
+                layout,
+                cache,
+                arena,
+                lanes,
+                direct,
+                stats: StreamStats::default(),
+                seen,
+                seen_gen: 0,
+                poison: None,
+            },
+            setup,
+        ))
+    }
+
+    /// The bound layout.
+    pub fn layout(&self) -> &ExpertLayout {
+        &self.layout
+    }
+
+    /// Cumulative counters.
+    pub fn stats(&self) -> StreamStats {
+        let c = self.cache.counters();
+        StreamStats {
+            lookups: c.lookups,
+            hits: c.hits,
+            evictions: c.evictions,
+            rereads: c.rereads,
+            resident_bytes: self.cache.resident_bytes(),
+            ..self.stats
+        }
+    }
+
+    /// Arms test poisoning.
+    pub fn set_poison(&mut self, p: Option<Poison>) {
+        self.poison = p;
+    }
+
+    /// Makes the experts routed at layer `layer` resident: `ids` are the routing's expert ids
+    /// (token-major, duplicates allowed — a prefill batch routes many tokens and the union is
+    /// read once). Misses are read on the lanes; then the cache is trimmed to its budget.
+    pub fn load_layer(&mut self, layer: usize, ids: &[i32]) -> Result<(), ReadError> {
+        let Some(Some(experts)) = self.layout.layers.get(layer) else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        self.cache.begin_load();
+        self.seen_gen += 1;
+        let mut jobs = Vec::new();
+        let mut misses: Vec<usize> = Vec::new();
+        let mut first_routed = None;
+        for &raw in ids {
+            let Ok(e) = usize::try_from(raw) else {
+                continue;
+            };
+            if e >= self.layout.n_expert {
+                continue;
+            }
+            let id = EntryId { layer, expert: e };
+            if self.seen[e] == self.seen_gen {
+                self.cache.refresh(id);
+                continue;
+            }
+            self.seen[e] = self.seen_gen;
+            first_routed.get_or_insert(e);
+            if let Some(Touch::Miss { .. }) = self.cache.touch(id) {
+                misses.push(e);
+            }
+        }
+        for t in &experts.tensors {
+            for &e in &misses {
+                let off = t.offset + (e * t.stride) as u64;
+                jobs.push(ReadJob::plan(
+                    t.shard,
+                    off,
+                    t.addr + e * t.stride,
+                    t.stride,
+                    self.direct[t.shard],
+                ));
+            }
+        }
+        let t1 = Instant::now();
+        self.stats.mgmt_ns += (t1 - t0).as_nanos() as u64;
+        self.stats.loads += 1;
+        self.stats.experts_read += misses.len() as u64;
+        let had_reads = !jobs.is_empty();
+        let result = self.lanes.run(jobs);
+        let t2 = Instant::now();
+        if had_reads {
+            self.stats.io_ns += (t2 - t1).as_nanos() as u64;
+        }
+        match result {
+            Ok(bytes) => self.stats.read_bytes += bytes,
+            Err(e) => {
+                for &m in &misses {
+                    self.cache.invalidate(EntryId { layer, expert: m });
+                }
+                return Err(e);
+            }
+        }
+        for victim in self.cache.evict_to_budget() {
+            if let Some(Some(l)) = self.layout.layers.get(victim.layer) {
+                for t in &l.tensors {
+                    // a failed madvise only leaves memory resident; correctness is unaffected
+                    let _ = self
+                        .arena
+                        .drop_pages(t.addr + victim.expert * t.stride, t.stride);
+                }
+            }
+        }
+        self.stats.mgmt_ns += t2.elapsed().as_nanos() as u64;
+        if let Some(p) = self.poison {
+            self.apply_poison(layer, p, first_routed);
+        }
+        Ok(())
+    }
+
+    fn apply_poison(&mut self, layer: usize, p: Poison, first_routed: Option<usize>) {
+        let Some(Some(experts)) = self.layout.layers.get(layer) else {
+            return;
+        };
+        match p {
+            Poison::Unrouted => {
+                for e in 0..self.layout.n_expert {
+                    if !self.cache.is_resident(EntryId { layer, expert: e }) {
+                        for t in &experts.tensors {
+                            let _ = self.arena.fill(t.addr + e * t.stride, t.stride, 0xFF);
+                        }
+                    }
+                }
+            }
+            Poison::Routed => {
+                if let (Some(e), Some(t)) = (first_routed, experts.tensors.first()) {
+                    let _ = self.arena.fill(t.addr + e * t.stride, t.stride, 0xFF);
+                    // forget it so a later routing reads the true bytes again
+                    self.cache.invalidate(EntryId { layer, expert: e });
+                }
+            }
+        }
+    }
+}

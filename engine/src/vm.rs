@@ -1,0 +1,314 @@
+//! Virtual-memory and raw-I/O primitives: the only place besides `ffi` with `unsafe`.
+//!
+//! An [`Arena`] takes over the pages under llama.cpp's expert tensors: it replaces them with
+//! private anonymous memory (`MAP_FIXED|MAP_PRIVATE|MAP_ANONYMOUS`) so the file layout — and
+//! every tensor pointer llama.cpp holds — stays valid, then reads expert bytes straight into
+//! place and drops them with `MADV_DONTNEED`. Every operation checks that its range lies inside
+//! a span the arena remapped, so a bad offset can never scribble over foreign memory.
+
+use crate::ffi::WeightRef;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// The page size the arena rounds to.
+pub const PAGE: usize = 4096;
+
+/// The system page size.
+pub fn system_page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).unwrap_or(PAGE)
+}
+
+/// A page-aligned address range `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PageSpan {
+    /// First byte (page aligned).
+    pub start: usize,
+    /// One past the last byte (page aligned).
+    pub end: usize,
+}
+
+impl PageSpan {
+    /// The pages covering a weight tensor (rounded outward).
+    pub fn covering(w: &WeightRef) -> Self {
+        Self {
+            start: w.addr & !(PAGE - 1),
+            end: (w.addr + w.bytes).div_ceil(PAGE) * PAGE,
+        }
+    }
+}
+
+/// Merges overlapping or touching spans.
+pub fn merge_spans(mut spans: Vec<PageSpan>) -> Vec<PageSpan> {
+    spans.sort();
+    let mut out: Vec<PageSpan> = Vec::with_capacity(spans.len());
+    for s in spans {
+        match out.last_mut() {
+            Some(last) if s.start <= last.end => last.end = last.end.max(s.end),
+            _ => out.push(s),
+        }
+    }
+    out
+}
+
+/// Expert memory taken over from llama.cpp's file mapping.
+///
+/// Dropping the arena does not unmap anything: the spans stay part of llama.cpp's mapping, which
+/// unmaps them with the model. The arena must therefore not be used after the model is freed.
+#[derive(Debug)]
+pub struct Arena {
+    spans: Vec<PageSpan>,
+}
+
+/// Error of an arena operation on a range it does not own.
+fn foreign(addr: usize, len: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("range {addr:#x}+{len} is outside the expert arena"),
+    )
+}
+
+impl Arena {
+    /// Replaces the pages under `weights` with zero-filled anonymous memory. Returns the arena
+    /// and its merged spans; the caller refills bytes of the spans that belong to other tensors.
+    pub fn take_over(weights: &[WeightRef]) -> io::Result<Self> {
+        let spans = merge_spans(weights.iter().map(PageSpan::covering).collect());
+        for s in &spans {
+            let want = s.start as *mut libc::c_void;
+            // SAFETY: each span covers pages of a live weight tensor inside llama.cpp's read-only
+            // file mapping (WeightRef is only built from graph tensors). MAP_FIXED replaces
+            // exactly those pages; nothing computes while this runs (between decodes).
+            let p = unsafe {
+                libc::mmap(
+                    want,
+                    s.end - s.start,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p != want {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Self { spans })
+    }
+
+    /// The merged page spans.
+    pub fn spans(&self) -> &[PageSpan] {
+        &self.spans
+    }
+
+    fn check(&self, addr: usize, len: usize) -> io::Result<()> {
+        let end = addr.checked_add(len).ok_or_else(|| foreign(addr, len))?;
+        if self.spans.iter().any(|s| addr >= s.start && end <= s.end) {
+            Ok(())
+        } else {
+            Err(foreign(addr, len))
+        }
+    }
+
+    /// Reads up to `len` bytes of `file` at `offset` into `addr`, looping over short reads until
+    /// `len` bytes or end of file. Returns the bytes read. With an O_DIRECT file, `addr`,
+    /// `offset` and `len` must be block aligned.
+    pub fn read_into(
+        &self,
+        file: &File,
+        addr: usize,
+        len: usize,
+        offset: u64,
+    ) -> io::Result<usize> {
+        self.check(addr, len)?;
+        let mut done = 0usize;
+        while done < len {
+            let off = i64::try_from(offset + done as u64).map_err(|_| foreign(addr, len))?;
+            // SAFETY: [addr, addr+len) lies inside a span we mapped read-write (checked above);
+            // the kernel writes into it directly, no Rust reference to that memory exists, and
+            // no graph computes while expert reads run.
+            let r = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    (addr + done) as *mut libc::c_void,
+                    len - done,
+                    off,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if r == 0 {
+                break;
+            }
+            done += r as usize;
+        }
+        Ok(done)
+    }
+
+    /// Releases the whole pages inside `[addr, addr+len)` (rounded inward, so a page shared
+    /// with a neighbouring slice is kept). They read back as zeros.
+    pub fn drop_pages(&self, addr: usize, len: usize) -> io::Result<()> {
+        self.check(addr, len)?;
+        let p0 = addr.div_ceil(PAGE) * PAGE;
+        let p1 = (addr + len) & !(PAGE - 1);
+        if p1 <= p0 {
+            return Ok(());
+        }
+        // SAFETY: whole pages inside our anonymous span; MADV_DONTNEED on private anonymous
+        // memory only discards contents (zero-fill on next touch).
+        let r = unsafe { libc::madvise(p0 as *mut libc::c_void, p1 - p0, libc::MADV_DONTNEED) };
+        if r != 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Overwrites `[addr, addr+len)` with `byte` (test poisoning).
+    pub fn fill(&self, addr: usize, len: usize, byte: u8) -> io::Result<()> {
+        self.check(addr, len)?;
+        // SAFETY: inside our read-write span (checked); no Rust reference aliases it.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, byte, len) };
+        Ok(())
+    }
+
+    /// A copy of `[addr, addr+len)` (verification).
+    pub fn copy_out(&self, addr: usize, len: usize) -> io::Result<Vec<u8>> {
+        self.check(addr, len)?;
+        let mut v = vec![0u8; len];
+        // SAFETY: inside our readable span (checked); v is a distinct allocation.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, v.as_mut_ptr(), len) };
+        Ok(v)
+    }
+}
+
+/// A page-aligned heap buffer (for O_DIRECT probes).
+pub struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// A zeroed buffer of `len` bytes aligned to [`PAGE`].
+    pub fn zeroed(len: usize) -> Option<Self> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), PAGE).ok()?;
+        // SAFETY: layout has non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        std::ptr::NonNull::new(p).map(|ptr| Self { ptr, len })
+    }
+
+    /// The bytes.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is a live allocation of len bytes owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if let Ok(layout) = std::alloc::Layout::from_size_align(self.len.max(1), PAGE) {
+            // SAFETY: allocated in `zeroed` with this same layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
+        }
+    }
+}
+
+/// Process-wide counters sampled around each decode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessSample {
+    /// Major page faults so far.
+    pub majflt: u64,
+    /// CPU time of all threads so far, in nanoseconds.
+    pub cpu_ns: u64,
+}
+
+/// Samples major faults (getrusage) and process CPU time (CLOCK_PROCESS_CPUTIME_ID).
+pub fn process_sample() -> ProcessSample {
+    // SAFETY: both calls write only into the zero-initialised structs passed by pointer.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        let majflt = if libc::getrusage(libc::RUSAGE_SELF, &mut ru) == 0 {
+            ru.ru_majflt as u64
+        } else {
+            0
+        };
+        let mut ts: libc::timespec = std::mem::zeroed();
+        let cpu_ns = if libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) == 0 {
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        } else {
+            0
+        };
+        ProcessSample { majflt, cpu_ns }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_round_outward_and_merge() {
+        let w = |addr, bytes| WeightRef {
+            name: String::new(),
+            addr,
+            bytes,
+            n_expert: 1,
+            expert_stride: bytes,
+        };
+        assert_eq!(
+            PageSpan::covering(&w(4096 + 10, 100)),
+            PageSpan {
+                start: 4096,
+                end: 8192
+            }
+        );
+        let merged = merge_spans(vec![
+            PageSpan::covering(&w(3 * PAGE + 5, 10)),
+            PageSpan::covering(&w(PAGE, PAGE)),
+            PageSpan::covering(&w(2 * PAGE, 100)),
+        ]);
+        assert_eq!(
+            merged,
+            vec![PageSpan {
+                start: PAGE,
+                end: 4 * PAGE
+            }]
+        );
+    }
+
+    #[test]
+    fn arena_refuses_foreign_ranges_and_drops_inward() {
+        // a private anonymous page range we own stands in for a tensor
+        let mut backing = AlignedBuf::zeroed(4 * PAGE).unwrap();
+        let base = backing.as_mut_slice().as_mut_ptr() as usize;
+        let w = WeightRef {
+            name: "t".into(),
+            addr: base,
+            bytes: 4 * PAGE,
+            n_expert: 4,
+            expert_stride: PAGE,
+        };
+        let arena = Arena::take_over(&[w]).unwrap();
+        assert!(arena.fill(base + 4 * PAGE, 1, 0).is_err());
+        arena.fill(base, 4 * PAGE, 7).unwrap();
+        arena.drop_pages(base + 10, 2 * PAGE).unwrap(); // only page 1 is wholly inside
+        let bytes = arena.copy_out(base, 4 * PAGE).unwrap();
+        assert!(bytes[..PAGE].iter().all(|&b| b == 7));
+        assert!(bytes[PAGE..2 * PAGE].iter().all(|&b| b == 0));
+        assert!(bytes[2 * PAGE..].iter().all(|&b| b == 7));
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &[1u8, 2, 3]).unwrap();
+        assert_eq!(
+            arena.read_into(&f, base, 100, 0).unwrap(),
+            3,
+            "stops at end of file"
+        );
+        assert_eq!(&arena.copy_out(base, 4).unwrap(), &[1, 2, 3, 7]);
+    }
+}

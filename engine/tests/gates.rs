@@ -1,0 +1,428 @@
+//! Byte-identity gates: a streamed run must produce the same token ids AND the same logits (hash
+//! of every step's logits) as the resident run, on models bmoe-gguf synthesises at test time.
+//! Plus the negative controls that prove the gate can fail, and the failure paths.
+
+use bmoe_gguf::GgmlType;
+use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
+use bmoe_telemetry::protocol::{LineKind, Record, parse_line};
+use bmoe_telemetry::summary::PerfReport;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+const PROMPT: &str = "Hello world, this is a streaming test.";
+
+struct Models {
+    _dir: tempfile::TempDir,
+    q8: PathBuf,
+    f32: PathBuf,
+    q4k: PathBuf,
+    split3: PathBuf,
+    qwen2moe: PathBuf,
+    gpt_oss: PathBuf,
+    gemma4: PathBuf,
+}
+
+fn synth(dir: &Path, name: &str, preset: Preset, edit: impl FnOnce(&mut SynthOptions)) -> PathBuf {
+    let mut o = SynthOptions::preset(preset);
+    edit(&mut o);
+    let s = write_model(&o, &dir.join(name)).expect("synthesise model");
+    s.paths[0].clone()
+}
+
+/// Every test model, built once per test binary.
+fn models() -> &'static Models {
+    static M: OnceLock<Models> = OnceLock::new();
+    M.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        Models {
+            q8: synth(d, "tiny-q8.gguf", Preset::Tiny, |o| {
+                o.expert_type = GgmlType::Q8_0
+            }),
+            f32: synth(d, "tiny-f32.gguf", Preset::Tiny, |o| {
+                o.expert_type = GgmlType::F32
+            }),
+            q4k: synth(d, "tiny-q4k.gguf", Preset::Tiny, |o| {
+                o.expert_type = GgmlType::Q4_K
+            }),
+            split3: synth(d, "tiny-split.gguf", Preset::Tiny, |o| o.n_split = 3),
+            qwen2moe: synth(d, "qwen2moe.gguf", Preset::Qwen2MoeTiny, |_| {}),
+            gpt_oss: synth(d, "gpt-oss.gguf", Preset::GptOssTiny, |_| {}),
+            gemma4: synth(d, "gemma4.gguf", Preset::Gemma4Tiny, |_| {}),
+            _dir: dir,
+        }
+    })
+}
+
+fn cli() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
+}
+
+fn run(model: &Path, extra: &[&str]) -> Output {
+    cli()
+        .arg("-m")
+        .arg(model)
+        .args([
+            "-p",
+            PROMPT,
+            "-n",
+            "12",
+            "-t",
+            "2",
+            "-c",
+            "256",
+            "--dump-logits-hash",
+        ])
+        .args(extra)
+        .output()
+        .expect("run bmoe-cli")
+}
+
+/// (token, logits hash) per step, from a successful run.
+fn trace(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String) {
+    let out = run(model, extra);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "bmoe-cli {extra:?} failed:\n{stderr}");
+    let steps: Vec<(String, String)> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("logits-hash "))
+        .map(|l| {
+            let mut tok = String::new();
+            let mut hash = String::new();
+            for kv in l.split_whitespace() {
+                if let Some(v) = kv.strip_prefix("token=") {
+                    tok = v.to_string();
+                } else if let Some(v) = kv.strip_prefix("hash=") {
+                    hash = v.to_string();
+                }
+            }
+            (tok, hash)
+        })
+        .collect();
+    assert!(!steps.is_empty(), "no logits hashes in:\n{stderr}");
+    (steps, stdout)
+}
+
+fn assert_identical(model: &Path, configs: &[&[&str]]) {
+    let (resident, _) = trace(model, &[]);
+    for cfg in configs {
+        let (streamed, stdout) = trace(model, cfg);
+        assert_eq!(
+            streamed,
+            resident,
+            "{} streamed with {cfg:?} differs from the resident run",
+            model.display()
+        );
+        assert!(
+            stdout.contains("mode: expert streaming"),
+            "{cfg:?}: not a streamed run:\n{stdout}"
+        );
+    }
+}
+
+fn perf(stdout: &str) -> PerfReport {
+    PerfReport::parse(stdout)
+}
+
+#[test]
+fn q8_streaming_matches_resident_across_cache_io_and_odirect() {
+    let m = &models().q8;
+    assert_identical(
+        m,
+        &[
+            &["--moe-stream"],
+            &["--moe-stream", "--cache-mb", "1"],
+            &["--moe-stream", "--cache-mb", "64"],
+            &["--moe-stream", "--io-threads", "1"],
+            &["--moe-stream", "--io-threads", "4", "--cache-mb", "1"],
+            &["--moe-stream", "--no-odirect"],
+            &[
+                "--moe-stream",
+                "--no-odirect",
+                "--cache-mb",
+                "1",
+                "--io-threads",
+                "1",
+            ],
+        ],
+    );
+}
+
+#[test]
+fn small_cache_evicts_and_big_cache_holds_everything() {
+    let m = &models().q8;
+    let (_, small) = trace(m, &["--moe-stream", "--cache-mb", "1"]);
+    let evictions = small
+        .lines()
+        .find(|l| l.starts_with("moe-cache:") && l.contains("evictions"));
+    assert!(
+        evictions.is_some(),
+        "a 1 MiB cache must evict on this model:\n{small}"
+    );
+    let (_, big) = trace(m, &["--moe-stream", "--cache-mb", "64"]);
+    assert!(
+        !big.contains("evictions"),
+        "a 64 MiB cache holds every expert:\n{big}"
+    );
+    let p = perf(&big);
+    let hit = p.moe_cache.expect("moe-cache line").hit_pct;
+    let (_, off) = trace(m, &["--moe-stream"]);
+    assert!(
+        perf(&off).moe_cache.is_none(),
+        "cache off prints no moe-cache line"
+    );
+    let small_hit = perf(&small).moe_cache.expect("moe-cache").hit_pct;
+    assert!(
+        hit > small_hit,
+        "bigger cache, better hit rate ({hit} vs {small_hit})"
+    );
+}
+
+#[test]
+fn f32_and_q4k_experts_stream_identically() {
+    for m in [&models().f32, &models().q4k] {
+        assert_identical(
+            m,
+            &[
+                &["--moe-stream"],
+                &["--moe-stream", "--cache-mb", "1", "--io-threads", "1"],
+            ],
+        );
+    }
+}
+
+#[test]
+fn split_three_shard_model_streams_identically() {
+    let m = &models().split3;
+    assert!(
+        m.to_string_lossy().ends_with("-00001-of-00003.gguf"),
+        "{}",
+        m.display()
+    );
+    assert_identical(
+        m,
+        &[&["--moe-stream"], &["--moe-stream", "--cache-mb", "1"]],
+    );
+}
+
+#[test]
+fn other_registry_architectures_stream_identically() {
+    for m in [&models().qwen2moe, &models().gpt_oss, &models().gemma4] {
+        assert_identical(
+            m,
+            &[&["--moe-stream"], &["--moe-stream", "--cache-mb", "1"]],
+        );
+    }
+}
+
+#[test]
+fn poisoning_proves_only_routed_experts_are_read() {
+    let m = &models().q8;
+    let (resident, _) = trace(m, &[]);
+    let (unrouted, _) = trace(m, &["--moe-stream", "--test-poison", "unrouted"]);
+    assert_eq!(
+        unrouted, resident,
+        "NaN in unrouted experts must change nothing"
+    );
+    let (unrouted_cached, _) = trace(
+        m,
+        &[
+            "--moe-stream",
+            "--cache-mb",
+            "1",
+            "--test-poison",
+            "unrouted",
+        ],
+    );
+    assert_eq!(unrouted_cached, resident);
+    let (routed, _) = trace(m, &["--moe-stream", "--test-poison", "routed"]);
+    assert_ne!(
+        routed, resident,
+        "NaN in a routed expert must change the output (else the gate cannot fail)"
+    );
+}
+
+#[test]
+fn progress_protocol_and_summary() {
+    let m = &models().q8;
+    let out = cli()
+        .arg("-m")
+        .arg(m)
+        .args([
+            "--moe-stream",
+            "--cache-mb",
+            "2",
+            "-p",
+            "hello",
+            "-n",
+            "8",
+            "-t",
+            "2",
+            "-c",
+            "256",
+            "--progress",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut steps = Vec::new();
+    let mut loads = 0;
+    for line in stdout.lines() {
+        match parse_line(line) {
+            LineKind::Record(Record::Progress(p)) => {
+                assert_eq!(p.steps, 8);
+                assert!(p.wall_ms > 0.0 && p.compute_ms >= 0.0 && p.compute_ms <= p.wall_ms);
+                assert!((-1.0..=100.0).contains(&p.cache_hit_pct));
+                steps.push(p.step);
+            }
+            LineKind::Record(Record::Load(l)) => {
+                assert!(
+                    l.mb > 0.0,
+                    "BMOE_LOAD only on tokens that read experts: {line}"
+                );
+                loads += 1;
+            }
+            LineKind::Record(other) => panic!("unexpected record {other:?}"),
+            LineKind::Malformed { .. } | LineKind::Unknown { .. } => {
+                panic!("bad protocol line: {line}")
+            }
+            LineKind::Text(_) => {}
+        }
+    }
+    assert_eq!(steps, (1..=8).collect::<Vec<u64>>());
+    assert!(
+        loads >= 1,
+        "a 2 MiB cache on a fresh run must read experts:\n{stdout}"
+    );
+    let p = perf(&stdout);
+    assert!(p.answer.is_some(), "answer banner");
+    assert_eq!(p.generation.expect("generation line").tokens, 8);
+    assert!(
+        p.mode.is_some() && p.moe_stream.is_some() && p.moe_cache.is_some(),
+        "{stdout}"
+    );
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    let s = p.moe_stream.expect("moe-stream");
+    assert!(s.read_mib > 0.0);
+}
+
+#[test]
+fn plain_mode_names_the_flag() {
+    let (_, stdout) = trace(&models().q8, &[]);
+    let mode = stdout
+        .lines()
+        .find(|l| l.starts_with("mode:"))
+        .expect("mode line");
+    assert!(
+        mode.contains("--moe-stream") && mode.contains("qwen3moe"),
+        "{mode}"
+    );
+    assert!(!stdout.contains("moe-stream:"));
+}
+
+#[test]
+fn truncated_model_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cut = dir.path().join("cut.gguf");
+    let bytes = std::fs::read(&models().q8).expect("read");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).expect("write");
+    let out = run(&cut, &["--moe-stream"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error:") && err.contains("truncated") && err.contains("cut.gguf"),
+        "{err}"
+    );
+    assert!(err.contains("hint:"), "{err}");
+}
+
+#[test]
+fn read_error_after_load_aborts_without_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("live.gguf");
+    std::fs::copy(&models().q8, &model).expect("copy");
+    let info = bmoe_gguf::ModelInfo::from_model(&bmoe_gguf::GgufModel::open(&model).expect("open"))
+        .expect("info");
+    let first_expert = info
+        .layers
+        .iter()
+        .flat_map(|l| l.expert_tensors.iter())
+        .map(|t| t.file_offset)
+        .min()
+        .expect("expert tensors");
+    let replacement = dir.path().join("short.gguf");
+    let bytes = std::fs::read(&model).expect("read");
+    std::fs::write(&replacement, &bytes[..first_expert as usize + 100]).expect("write");
+    let out = cli()
+        .env("BMOE_TEST_REPLACE_AFTER_LOAD", &replacement)
+        .arg("-m")
+        .arg(&model)
+        .args([
+            "--moe-stream",
+            "-p",
+            PROMPT,
+            "-n",
+            "4",
+            "-t",
+            "2",
+            "-c",
+            "256",
+            "--progress",
+        ])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{err}");
+    assert!(
+        err.contains("expert read")
+            && err.contains("live.gguf")
+            && err.contains("offset")
+            && err.contains("errno"),
+        "{err}"
+    );
+    assert!(
+        !stdout.contains("=== answer ===") && !stdout.contains("BMOE_PROGRESS"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn cli_basics() {
+    let v = cli().arg("--version").output().expect("run");
+    assert!(v.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout).trim(),
+        env!("CARGO_PKG_VERSION")
+    );
+    let l = cli().arg("--list-archs").output().expect("run");
+    let text = String::from_utf8_lossy(&l.stdout);
+    assert!(
+        text.starts_with("supported MoE architectures:")
+            && text.contains("  qwen3moe")
+            && text.contains("  gemma4")
+    );
+    let bad = cli()
+        .args(["-m", "x.gguf", "--moe-stream", "--io-threads", "9"])
+        .output()
+        .expect("run");
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("error: --io-threads") && err.contains("hint:"),
+        "{err}"
+    );
+    let missing = cli()
+        .args(["-m", "/nonexistent/m.gguf"])
+        .output()
+        .expect("run");
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/m.gguf"));
+}
