@@ -29,6 +29,7 @@ use super::state::DeviceState;
 
 /// One run's record: a `results.jsonl` line and the run's `run.json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RunRecord {
     /// Campaign (manifest `name`).
     pub campaign: String,
