@@ -64,9 +64,32 @@ pub struct Cli {
     /// Stream routed experts from flash instead of keeping them mapped
     #[arg(long = "moe-stream")]
     pub moe_stream: bool,
-    /// Expert cache budget in MiB (0 = off: only the current layer's experts stay resident)
-    #[arg(long = "cache-mb", default_value_t = 0, value_name = "MIB")]
-    pub cache_mb: i64,
+    /// Expert cache budget in MiB (0 = off: only the current layer's experts stay resident), or
+    /// `auto`: sized once at load from MemAvailable / the memory cgroup, whichever is tighter
+    #[arg(long = "cache-mb", default_value = "0", value_name = "MIB|auto")]
+    pub cache_mb: String,
+    /// `--cache-mb auto`: MiB to leave free for everything else
+    #[arg(long = "cache-floor-mb", default_value_t = crate::autocache::DEFAULT_FLOOR_MB as i64, value_name = "MIB")]
+    pub cache_floor_mb: i64,
+    /// `--cache-mb auto`: upper bound in MiB (0 = none)
+    #[arg(long = "cache-ceil-mb", default_value_t = 0, value_name = "MIB")]
+    pub cache_ceil_mb: i64,
+    /// Read every expert of every layer on each token (A/B baseline; needs --moe-stream)
+    #[arg(long = "load-all")]
+    pub load_all: bool,
+    /// Dense (non-expert) weights: mmap (leave to the page cache), warm (pre-fault the mapping),
+    /// anon (copy into anonymous memory read with O_DIRECT), ahwb (Android only)
+    #[arg(long = "dense-weights", default_value = "mmap", value_name = "MODE")]
+    pub dense_weights: String,
+    /// Per-token metrics CSV (`# bmoe_metrics v2`), flushed per row
+    #[arg(long = "csv", value_name = "PATH")]
+    pub csv: Option<PathBuf>,
+    /// Render the prompt with the model's own chat template (tokenizer.chat_template)
+    #[arg(long = "chatml")]
+    pub chatml: bool,
+    /// With --chatml: ask the template not to think (enable_thinking=false)
+    #[arg(long = "no-think")]
+    pub no_think: bool,
     /// Parallel expert reads (1-8)
     #[arg(long = "io-threads", default_value_t = 4, value_name = "N")]
     pub io_threads: i64,
@@ -107,11 +130,47 @@ fn err(message: impl Into<String>, hint: impl Into<String>) -> ConfigError {
     }
 }
 
+/// `--cache-mb auto` bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheAuto {
+    /// MiB to leave free.
+    pub floor_mb: u64,
+    /// Cap in MiB (0 = none).
+    pub ceil_mb: u64,
+}
+
+/// `--dense-weights`: where the non-expert weights live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DenseWeights {
+    /// The model's mmap, left to the page cache.
+    #[default]
+    Mmap,
+    /// The mmap, pre-faulted by one sequential read at load.
+    Warm,
+    /// Anonymous memory filled with O_DIRECT reads (page-cache pressure cannot drop it).
+    Anon,
+}
+
+impl DenseWeights {
+    /// The flag / CSV spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenseWeights::Mmap => "mmap",
+            DenseWeights::Warm => "warm",
+            DenseWeights::Anon => "anon",
+        }
+    }
+}
+
 /// Streaming settings as resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamConfig {
-    /// Cache budget in MiB (0 = off).
+    /// Cache budget in MiB (0 = off); under `auto` the value sized at load replaces it.
     pub cache_mb: u64,
+    /// `--cache-mb auto`, when given.
+    pub auto: Option<CacheAuto>,
+    /// `--load-all`: read every expert on every layer load.
+    pub load_all: bool,
     /// I/O lanes.
     pub io_threads: usize,
     /// O_DIRECT requested.
@@ -170,6 +229,14 @@ pub struct RunConfig {
     pub dump_logits_hash: bool,
     /// Test poisoning.
     pub poison: Option<Poison>,
+    /// `--csv` path.
+    pub csv: Option<PathBuf>,
+    /// `--chatml`.
+    pub chatml: bool,
+    /// Thinking allowed (`--no-think` clears it).
+    pub think: bool,
+    /// `--dense-weights` (takes effect with `--moe-stream`).
+    pub dense_weights: DenseWeights,
 }
 
 impl Cli {
@@ -255,14 +322,47 @@ impl Cli {
                     "4 lanes saturate most flash; 1 reads serially",
                 ));
             }
-            if self.cache_mb < 0 {
-                return Err(err(
-                    format!("--cache-mb must be >= 0 (got {})", self.cache_mb),
-                    "0 turns the cache off",
-                ));
-            }
+            let (cache_mb, auto) = match self.cache_mb.trim() {
+                "auto" => {
+                    for (flag, v) in [
+                        ("--cache-floor-mb", self.cache_floor_mb),
+                        ("--cache-ceil-mb", self.cache_ceil_mb),
+                    ] {
+                        if v < 0 {
+                            return Err(err(
+                                format!("{flag} must be >= 0 (got {v})"),
+                                "a size in MiB; --cache-ceil-mb 0 means no cap",
+                            ));
+                        }
+                    }
+                    (
+                        0,
+                        Some(CacheAuto {
+                            floor_mb: self.cache_floor_mb as u64,
+                            ceil_mb: self.cache_ceil_mb as u64,
+                        }),
+                    )
+                }
+                text => match text.parse::<i64>() {
+                    Ok(mb) if mb >= 0 => (mb as u64, None),
+                    Ok(mb) => {
+                        return Err(err(
+                            format!("--cache-mb must be >= 0 (got {mb})"),
+                            "0 turns the cache off",
+                        ));
+                    }
+                    Err(_) => {
+                        return Err(err(
+                            format!("--cache-mb expects a number of MiB or 'auto', got '{text}'"),
+                            "e.g. --cache-mb 2048, or --cache-mb auto to size it from free memory",
+                        ));
+                    }
+                },
+            };
             Some(StreamConfig {
-                cache_mb: self.cache_mb as u64,
+                cache_mb,
+                auto,
+                load_all: self.load_all,
                 io_threads: self.io_threads as usize,
                 o_direct: !self.no_odirect,
             })
@@ -280,6 +380,35 @@ impl Cli {
                 ));
             }
         };
+        let dense_weights = match self.dense_weights.as_str() {
+            "mmap" => DenseWeights::Mmap,
+            "warm" => DenseWeights::Warm,
+            "anon" => DenseWeights::Anon,
+            "ahwb" => {
+                return Err(err(
+                    "--dense-weights ahwb needs reclaim-exempt memory, which this platform does not provide (Android only)",
+                    "use --dense-weights anon for the same effect on Linux",
+                ));
+            }
+            other => {
+                return Err(err(
+                    format!("--dense-weights expects mmap|warm|anon|ahwb, got '{other}'"),
+                    "mmap leaves dense weights to the page cache; anon pins them in anonymous memory",
+                ));
+            }
+        };
+        if self.load_all && !self.moe_stream {
+            return Err(err(
+                "--load-all requires --moe-stream",
+                "--load-all reads every expert through the streamer; add --moe-stream",
+            ));
+        }
+        if self.no_think && !self.chatml {
+            return Err(err(
+                "--no-think requires --chatml",
+                "thinking is a chat-template switch; add --chatml",
+            ));
+        }
         if poison.is_some() && stream.is_none() {
             return Err(err(
                 "--test-poison requires --moe-stream",
@@ -306,6 +435,10 @@ impl Cli {
             feed_random: self.feed_random,
             dump_logits_hash: self.dump_logits_hash,
             poison,
+            csv: self.csv.clone(),
+            chatml: self.chatml,
+            think: !self.no_think,
+            dense_weights,
         })
     }
 }
@@ -354,6 +487,8 @@ mod tests {
             s.stream,
             Some(StreamConfig {
                 cache_mb: 2,
+                auto: None,
+                load_all: false,
                 io_threads: 1,
                 o_direct: false
             })
@@ -381,6 +516,58 @@ mod tests {
         assert!(e(&["-m", "x", "--moe-stream", "--io-threads", "0"]).contains("--io-threads"));
         assert!(e(&["-m", "x", "--moe-stream", "--cache-mb", "-1"]).contains("--cache-mb"));
         assert!(e(&["-m", "x", "--test-poison", "routed"]).contains("--moe-stream"));
+        assert!(e(&["-m", "x", "--moe-stream", "--cache-mb", "lots"]).contains("'auto'"));
+        assert!(
+            e(&[
+                "-m",
+                "x",
+                "--moe-stream",
+                "--cache-mb",
+                "auto",
+                "--cache-floor-mb",
+                "-1"
+            ])
+            .contains("--cache-floor-mb")
+        );
+        assert!(e(&["-m", "x", "--dense-weights", "ahwb"]).contains("Android only"));
+        assert!(e(&["-m", "x", "--dense-weights", "zram"]).contains("mmap|warm|anon|ahwb"));
+        assert!(e(&["-m", "x", "--load-all"]).contains("--moe-stream"));
+        assert!(e(&["-m", "x", "--no-think"]).contains("--chatml"));
+    }
+
+    #[test]
+    fn memory_policy_flags_resolve() {
+        let c = parse(&[
+            "-m",
+            "x",
+            "--moe-stream",
+            "--cache-mb",
+            "auto",
+            "--cache-floor-mb",
+            "64",
+            "--cache-ceil-mb",
+            "512",
+            "--dense-weights",
+            "anon",
+            "--load-all",
+            "--csv",
+            "m.csv",
+            "--chatml",
+            "--no-think",
+        ])
+        .unwrap();
+        let s = c.stream.unwrap();
+        assert_eq!(
+            s.auto,
+            Some(CacheAuto {
+                floor_mb: 64,
+                ceil_mb: 512
+            })
+        );
+        assert!(s.load_all);
+        assert_eq!(c.dense_weights, DenseWeights::Anon);
+        assert_eq!(c.csv, Some(PathBuf::from("m.csv")));
+        assert!(c.chatml && !c.think);
     }
 
     #[test]

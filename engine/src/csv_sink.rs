@@ -145,6 +145,100 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t
 }
 
+/// What the run settled on at load — the values no flag states directly.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResolvedRun {
+    /// `general.architecture`.
+    pub arch: String,
+    /// Block count.
+    pub n_layer: u64,
+    /// `<arch>.expert_count` (0 = not MoE).
+    pub n_expert: u64,
+    /// Effective top-k after any `--n-expert-used` override (0 = not MoE).
+    pub n_expert_used: u64,
+    /// Whether experts are streamed.
+    pub moe_stream: bool,
+    /// The cache budget in effect, MiB (what `auto` chose, under `auto`).
+    pub cache_mb: u64,
+    /// One token's worst-case routed bytes.
+    pub cache_cycle_bytes: u64,
+    /// Whether every shard reads with O_DIRECT (achieved, not requested).
+    pub o_direct: bool,
+    /// I/O lanes running.
+    pub io_threads: u64,
+}
+
+/// The preamble: every seed key, holding the resolved configuration (features of later issues
+/// written as off).
+pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
+    use crate::config::Sampling;
+    let sc = cfg.stream;
+    let auto = sc.and_then(|s| s.auto);
+    let (temp, top_k, top_p, seed) = match cfg.sampling {
+        Sampling::Greedy => (0.0, 0, 1.0, 0),
+        Sampling::Sample {
+            temp,
+            top_k,
+            top_p,
+            seed,
+        } => (
+            f64::from(temp),
+            u64::try_from(top_k).unwrap_or(0),
+            f64::from(top_p),
+            u64::from(seed),
+        ),
+    };
+    RunInfo {
+        version: Some(2),
+        engine: Some(crate::VERSION.to_string()),
+        model: Some(cfg.model.file_name().map_or_else(
+            || cfg.model.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )),
+        arch: Some(r.arch.clone()),
+        n_layer: Some(r.n_layer),
+        n_expert: Some(r.n_expert),
+        n_expert_used: Some(r.n_expert_used),
+        threads: Some(cfg.threads as u64),
+        n_ctx: Some(u64::from(cfg.n_ctx)),
+        n_ubatch: Some(u64::from(cfg.n_ubatch)),
+        chatml: Some(cfg.chatml),
+        moe_stream: Some(r.moe_stream),
+        cache_mb: Some(r.cache_mb),
+        cache_auto: Some(auto.is_some()),
+        cache_floor_mb: Some(auto.map_or(crate::autocache::DEFAULT_FLOOR_MB, |a| a.floor_mb)),
+        cache_ceil_mb: Some(auto.map_or(0, |a| a.ceil_mb)),
+        cache_cycle_mb: Some(r.cache_cycle_bytes.div_ceil(1024 * 1024)),
+        force_cache: Some(false),
+        load_all: Some(sc.is_some_and(|s| s.load_all)),
+        io_threads: Some(r.io_threads),
+        o_direct: Some(r.o_direct),
+        overlap: Some(false),
+        io_two_wave: Some(false),
+        prefetch: Some(0),
+        route_ahead: Some(0),
+        predict_prefetch: Some(false),
+        predict_log: Some(false),
+        predict_spec_max: Some(0),
+        prefetch_sync: Some(false),
+        dense_weights: Some(cfg.dense_weights.as_str().to_string()),
+        drop_cold_frac: Some(0.0),
+        drop_renorm: Some(true),
+        drop_prefill: Some(false),
+        substitute_lambda: Some(0.0),
+        temp: Some(temp),
+        top_k: Some(top_k),
+        top_p: Some(top_p),
+        seed: Some(seed),
+        compute_trace_layers: Some(0),
+        spec: Some("off".to_string()),
+        spec_draft_max: Some(0),
+        mtp_p_min: Some(0.0),
+        ngram_min_match: Some(0),
+        extra: Default::default(),
+    }
+}
+
 /// An open metrics CSV.
 pub struct CsvSink {
     writer: MetricsWriter<File>,
@@ -273,6 +367,7 @@ mod tests {
                 resident_bytes: 1 << 20,
                 evictions: 0,
                 rereads: 0,
+                auto_budget_mib: None,
             }),
         };
         sink.write_summary(&trailer(&summary, &TrailerContext::default()))

@@ -61,6 +61,10 @@ pub fn load_line(t: &TokenStats) -> Option<String> {
 /// The `BMOE_PROGRESS` line with this token's answer delta. Values are rounded to the original
 /// CLI's decimals so the wire stays short.
 pub fn progress_line(t: &TokenStats, delta_text: &str) -> String {
+    progress_record(t, delta_text).to_line()
+}
+
+fn progress_record(t: &TokenStats, delta_text: &str) -> Progress {
     Progress {
         step: t.step as u64,
         steps: t.steps as u64,
@@ -78,7 +82,15 @@ pub fn progress_line(t: &TokenStats, delta_text: &str) -> String {
         delta_reasoning: String::new(),
         delta_text: delta_text.to_string(),
     }
-    .to_line()
+}
+
+/// The `BMOE_PROGRESS` line with chat-split deltas (`reset`, reasoning, answer) from
+/// `bmoe_telemetry::deltas::DeltaEncoder`.
+pub fn progress_line_deltas(t: &TokenStats, d: &bmoe_telemetry::deltas::Deltas) -> String {
+    let mut p = progress_record(t, &d.text);
+    p.reset = d.reset;
+    p.delta_reasoning = d.reasoning.clone();
+    p.to_line()
 }
 
 /// What the `mode:` line says.
@@ -88,6 +100,10 @@ pub enum ModeLine {
     Streaming {
         /// Budget in MiB.
         cache_mb: u64,
+        /// Sized by `--cache-mb auto`.
+        auto: bool,
+        /// `--dense-weights`.
+        dense: crate::config::DenseWeights,
     },
     /// Plain llama.cpp on a MoE architecture this build could stream.
     PlainStreamable {
@@ -104,13 +120,23 @@ pub enum ModeLine {
 /// The `mode:` line (printed on every run).
 pub fn mode_line(m: &ModeLine) -> String {
     let mode = match m {
-        ModeLine::Streaming { cache_mb } => Mode::Streaming {
-            cache: if *cache_mb == 0 {
+        ModeLine::Streaming {
+            cache_mb,
+            auto,
+            dense,
+        } => Mode::Streaming {
+            cache: if *auto {
+                CacheSetting::Auto
+            } else if *cache_mb == 0 {
                 CacheSetting::Off
             } else {
                 CacheSetting::Mib(*cache_mb)
             },
-            dense: DenseWeights::Mmap,
+            dense: match dense {
+                crate::config::DenseWeights::Mmap => DenseWeights::Mmap,
+                crate::config::DenseWeights::Warm => DenseWeights::Warm,
+                crate::config::DenseWeights::Anon => DenseWeights::Anon,
+            },
             overlap: None,
             extra: Vec::new(),
         },
@@ -164,6 +190,8 @@ pub struct StreamSummary {
     pub evictions: u64,
     /// Re-reads (cumulative).
     pub rereads: u64,
+    /// The budget `--cache-mb auto` sized (MiB), printed on the `moe-cache:` line.
+    pub auto_budget_mib: Option<u64>,
 }
 
 /// The end-of-run lines after the banners: `generation:`, `compute:`, `mode:`, `prefill:`,
@@ -246,8 +274,8 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
                 MoeCache {
                     hit_pct: st.cache_hit_pct,
                     resident_mib: st.resident_bytes as f64 / MIB,
-                    budget_mib: None,
-                    budget_note: None,
+                    budget_mib: st.auto_budget_mib.map(|b| b as f64),
+                    budget_note: st.auto_budget_mib.map(|_| "auto".to_string()),
                 }
                 .to_string(),
             );
@@ -324,9 +352,17 @@ mod tests {
                 resident_bytes: 2 * 1024 * 1024,
                 evictions: 3,
                 rereads: 2,
+                auto_budget_mib: None,
             }),
         };
-        let lines = summary_lines(&s, &ModeLine::Streaming { cache_mb: 2 });
+        let lines = summary_lines(
+            &s,
+            &ModeLine::Streaming {
+                cache_mb: 2,
+                auto: false,
+                dense: crate::config::DenseWeights::Mmap,
+            },
+        );
         assert_eq!(
             lines[0],
             "generation: 4 tokens, 0.500 s/token (2.000 tok/s)"
@@ -359,8 +395,20 @@ mod tests {
         assert_eq!(plain.len(), 2);
         assert!(plain[1].contains("'llama' is not one this build streams"));
         assert_eq!(
-            mode_line(&ModeLine::Streaming { cache_mb: 0 }),
+            mode_line(&ModeLine::Streaming {
+                cache_mb: 0,
+                auto: false,
+                dense: crate::config::DenseWeights::Mmap
+            }),
             "mode: expert streaming, cache off, dense mmap"
+        );
+        assert_eq!(
+            mode_line(&ModeLine::Streaming {
+                cache_mb: 700,
+                auto: true,
+                dense: crate::config::DenseWeights::Anon
+            }),
+            "mode: expert streaming, cache auto, dense anon"
         );
     }
 }

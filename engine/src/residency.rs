@@ -136,12 +136,36 @@ pub fn dense_probe_pages(index: &ModelIndex, page: usize) -> Vec<usize> {
     let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
         return Vec::new();
     };
-    let ranges = mapped_ranges(
-        &parse_maps(&text),
-        &index.shards,
-        &dense_file_ranges(index),
-    );
+    let ranges = mapped_ranges(&parse_maps(&text), &index.shards, &dense_file_ranges(index));
     stratified_pages(&ranges, PROBE_PAGES, page)
+}
+
+/// The throttled `dense_resident_frac` sensor: probes [`PROBE_PAGES`] pages every
+/// [`PROBE_EVERY`] tokens and remembers the last fraction (`-1` until one was measured).
+#[derive(Debug, Clone)]
+pub struct DenseProbe {
+    pages: Vec<usize>,
+    last: f64,
+}
+
+impl DenseProbe {
+    /// A probe over `pages` (from [`dense_probe_pages`]); empty = unmeasurable, reads `-1`.
+    pub fn new(pages: Vec<usize>) -> Self {
+        Self { pages, last: -1.0 }
+    }
+
+    /// The fraction for generated token `step` (1-based), probing when due, and the time the
+    /// probe took (ms, 0 when not due) — the caller adds it to `mgmt_ms`, as the seed says.
+    pub fn sample(&mut self, step: usize) -> (f64, f64) {
+        if self.pages.is_empty() || !step.saturating_sub(1).is_multiple_of(PROBE_EVERY) {
+            return (self.last, 0.0);
+        }
+        let t0 = std::time::Instant::now();
+        if let Some((resident, probed)) = crate::vm::resident_pages(&self.pages) {
+            self.last = resident as f64 / probed as f64;
+        }
+        (self.last, t0.elapsed().as_secs_f64() * 1e3)
+    }
 }
 
 #[cfg(test)]

@@ -1,18 +1,25 @@
 //! One run: open the model (and, with `--moe-stream`, take over its experts), prefill the
 //! prompt, generate, and report.
 
-use crate::config::{RunConfig, Sampling};
+use crate::autocache::{AutoInputs, measure, size_budget};
+use crate::chat::{ChatTemplate, split_reasoning};
+use crate::config::{DenseWeights, RunConfig, Sampling};
+use crate::csv_sink::{CsvSink, ResolvedRun, RowContext, TrailerContext, token_row, trailer};
 use crate::ffi::{Context, ContextOptions, DecodeError, Model, ModelOptions, SamplerParams, Token};
 use crate::hook::MoeHook;
+use crate::memory::{MemorySnapshot, cgroup_memory};
 use crate::registry::{Recipe, recipe_for};
 use crate::report::{
-    ModeLine, RunSummary, StreamSummary, TokenStats, load_line, progress_line, summary_lines,
+    ModeLine, RunSummary, StreamSummary, TokenStats, load_line, progress_line,
+    progress_line_deltas, summary_lines,
 };
+use crate::residency::{DenseProbe, dense_probe_pages};
 use crate::stream::layout::{FilePlace, ModelIndex, bind};
 use crate::stream::{StreamSettings, StreamStats, Streamer};
 use crate::text::Utf8Stream;
-use crate::vm::process_sample;
+use crate::vm::{process_sample, system_page_size};
 use bmoe_gguf::{GgufError, GgufModel};
+use bmoe_telemetry::deltas::DeltaEncoder;
 use bmoe_telemetry::summary::{ANSWER_BANNER, PERF_BANNER};
 use std::io::Write;
 use std::path::Path;
@@ -262,6 +269,14 @@ pub fn run(
         .unwrap_or(0)
         .max(0) as usize;
 
+    let mut resolved = ResolvedRun {
+        arch: facts.arch.clone(),
+        n_layer: model.n_layer() as u64,
+        n_expert: facts.expert_count.unwrap_or(0).max(0) as u64,
+        n_expert_used: top_k as u64,
+        ..Default::default()
+    };
+    let mut auto_budget = None;
     if let (Some(sc), Some(recipe)) = (cfg.stream, recipe) {
         // capture warm-up: one BOS decode shows every expert tensor the graph reads
         let mut warm = [model.bos()];
@@ -282,8 +297,38 @@ pub fn run(
             )
         })?;
         let cycle = layout.cache_cycle_bytes(top_k);
-        let budget = sc.cache_mb * 1024 * 1024;
-        if budget > 0 && budget < cycle {
+        let cache_mb = match sc.auto {
+            Some(a) => {
+                let (mem_available, cgroup_headroom) =
+                    measure(MemorySnapshot::sample().system, cgroup_memory().as_ref());
+                let dense_reserve_bytes = if cfg.dense_weights == DenseWeights::Anon {
+                    crate::residency::dense_file_ranges(&facts.index)
+                        .iter()
+                        .map(|r| r.2)
+                        .sum()
+                } else {
+                    0
+                };
+                let b = size_budget(&AutoInputs {
+                    mem_available,
+                    cgroup_headroom,
+                    floor_mb: a.floor_mb,
+                    ceil_mb: a.ceil_mb,
+                    total_expert_bytes: layout.total_bytes(),
+                    cache_cycle_bytes: cycle,
+                    dense_reserve_bytes,
+                });
+                let _ = writeln!(note, "bmoe: {}", b.note(a.floor_mb));
+                if let Some(w) = b.cycle_warning(cycle) {
+                    let _ = writeln!(note, "bmoe: warning: {w}");
+                }
+                auto_budget = Some(b.budget_mb);
+                b.budget_mb
+            }
+            None => sc.cache_mb,
+        };
+        let budget = cache_mb * 1024 * 1024;
+        if sc.auto.is_none() && budget > 0 && budget < cycle {
             let _ = writeln!(
                 note,
                 "bmoe: warning: --cache-mb {} is below this model's cache cycle ({:.1} MiB = top-{top_k} experts in every layer): most lookups will miss",
@@ -295,6 +340,7 @@ pub fn run(
             cache_bytes: budget,
             io_threads: sc.io_threads,
             o_direct: sc.o_direct,
+            load_all: sc.load_all,
         };
         let n_expert = layout.n_expert;
         let (mut streamer, setup) = Streamer::start(layout, &facts.index, settings)
@@ -308,15 +354,37 @@ pub fn run(
             "bmoe: expert streaming ON  n_expert={n_expert} o_direct={} io_threads={} cache={} MiB shards={} cache_cycle={:.1} MiB",
             u8::from(setup.o_direct),
             setup.lanes,
-            sc.cache_mb,
+            cache_mb,
             facts.index.shards.len(),
             cycle as f64 / (1024.0 * 1024.0)
         );
         hook.stream_with(streamer);
         ctx.clear_memory();
+        resolved.moe_stream = true;
+        resolved.cache_mb = cache_mb;
+        resolved.cache_cycle_bytes = cycle;
+        resolved.o_direct = setup.o_direct;
+        resolved.io_threads = setup.lanes as u64;
     }
+    let probe = DenseProbe::new(dense_probe_pages(&facts.index, system_page_size()));
     let load_s = t_load.elapsed().as_secs_f64();
-    generate(cfg, &mut ctx, &facts, top_k, load_s, out, note)
+    let setup = Setup {
+        facts: &facts,
+        resolved,
+        auto_budget,
+        probe,
+        load_s,
+    };
+    generate(cfg, &mut ctx, setup, out, note)
+}
+
+/// What `run` settled on at load, handed to the generation.
+struct Setup<'f> {
+    facts: &'f ModelFacts,
+    resolved: ResolvedRun,
+    auto_budget: Option<u64>,
+    probe: DenseProbe,
+    load_s: f64,
 }
 
 fn stream_stats(ctx: &mut Context<'_, MoeHook>) -> Option<StreamStats> {
@@ -325,18 +393,44 @@ fn stream_stats(ctx: &mut Context<'_, MoeHook>) -> Option<StreamStats> {
         .map(Streamer::stats)
 }
 
+/// With `--chatml`: the template's think markers and whether the generation starts inside a
+/// think span.
+type ChatSplit = Option<(Option<crate::chat::ThinkTags>, bool)>;
+
+/// `--chatml`: the rendered prompt and how to split the generation.
+fn render_chat(
+    cfg: &RunConfig,
+    model: &crate::ffi::Model,
+) -> Result<(String, ChatSplit), EngineError> {
+    if !cfg.chatml {
+        return Ok((cfg.prompt.clone(), None));
+    }
+    let hint = "run without --chatml to pass the prompt as raw text";
+    let src = model
+        .meta_str("tokenizer.chat_template")
+        .ok_or_else(|| fail(crate::chat::ChatError::NoTemplate.to_string(), hint))?;
+    let bos = String::from_utf8_lossy(&model.token_piece(model.bos())).into_owned();
+    let t = ChatTemplate::new(&src, &bos, &bos).map_err(|e| fail(e.to_string(), hint))?;
+    let rendered = t
+        .render(&cfg.prompt, cfg.think)
+        .map_err(|e| fail(e.to_string(), hint))?;
+    let starts = t.opens_in_reasoning(&rendered);
+    Ok((rendered, Some((t.think_tags(), starts))))
+}
+
 fn generate(
     cfg: &RunConfig,
     ctx: &mut Context<'_, MoeHook>,
-    facts: &ModelFacts,
-    _top_k: usize,
-    load_s: f64,
+    mut setup: Setup<'_>,
     out: &mut dyn Write,
     note: &mut dyn Write,
 ) -> Result<RunOutcome, EngineError> {
+    let facts = setup.facts;
+    let load_s = setup.load_s;
     let model = ctx.model();
+    let (prompt_text, chat) = render_chat(cfg, model)?;
     let mut prompt = model
-        .tokenize(&cfg.prompt)
+        .tokenize(&prompt_text)
         .map_err(|e| fail(e, "check the prompt text"))?;
     if prompt.is_empty() {
         return Err(fail(
@@ -356,18 +450,49 @@ fn generate(
         ));
     }
     let streaming = cfg.stream.is_some() && ctx.hook_mut().is_some_and(|h| h.streamer().is_some());
-    let cache_on = cfg.stream.is_some_and(|s| s.cache_mb > 0);
+    let cache_on = streaming && setup.resolved.cache_mb > 0;
+    let cache_budget_mib = if cache_on {
+        setup.resolved.cache_mb as f64
+    } else {
+        0.0
+    };
+    let mut csv = match &cfg.csv {
+        Some(path) => match CsvSink::create(path, &crate::csv_sink::run_info(cfg, &setup.resolved))
+        {
+            Ok(s) => Some(s),
+            Err(e) => {
+                let _ = writeln!(note, "bmoe: warning: {e} — no metrics will be written");
+                None
+            }
+        },
+        None => None,
+    };
+    let page_size = system_page_size() as u64;
     if !cfg.progress {
-        let _ = write!(out, "{}", cfg.prompt);
+        let _ = write!(out, "{prompt_text}");
         let _ = out.flush();
     }
 
+    let pre_stats = stream_stats(ctx);
+    let pre_proc = process_sample();
     let t_prefill = Instant::now();
     let n_prompt = prompt.len();
     if let Err(e) = ctx.decode(&mut prompt) {
         return Err(decode_error(e, ctx.hook_mut(), "prefill decode"));
     }
     let prefill_s = t_prefill.elapsed().as_secs_f64();
+    let post_proc = process_sample();
+    let mut tctx = TrailerContext {
+        cache_budget_mib,
+        prefill_cpu_s: post_proc.cpu_ns.saturating_sub(pre_proc.cpu_ns) as f64 / 1e9,
+        ..Default::default()
+    };
+    if let (Some(a), Some(b)) = (pre_stats, stream_stats(ctx)) {
+        tctx.prefill_read_bytes = b.read_bytes - a.read_bytes;
+        tctx.prefill_io_s = (b.io_ns - a.io_ns) as f64 / 1e9;
+        tctx.prefill_mgmt_s = (b.mgmt_ns - a.mgmt_ns) as f64 / 1e9;
+    }
+    let mut encoder = DeltaEncoder::new();
 
     let mut sampler = match cfg.sampling {
         Sampling::Greedy => None,
@@ -403,6 +528,7 @@ fn generate(
     let base = stream_stats(ctx);
     let mut prev = base;
     let mut tok = pick(ctx, &mut outcome.logits_hashes);
+    let mut last_end = Instant::now();
     let mut summary = RunSummary {
         threads: cfg.threads,
         n_prompt,
@@ -424,9 +550,11 @@ fn generate(
         let delta = text.push(&model.token_piece(tok));
         let p0 = process_sample();
         let t0 = Instant::now();
+        let loop_overhead_ms = (t0 - last_end).as_secs_f64() * 1e3;
         let mut batch = [tok];
         let r = ctx.decode(&mut batch);
         let wall = t0.elapsed();
+        last_end = Instant::now();
         let p1 = process_sample();
         if let Err(e) = r {
             return Err(decode_error(e, ctx.hook_mut(), "generation decode"));
@@ -457,10 +585,25 @@ fn generate(
             cache_hit_pct: hit,
             majflt: p1.majflt.saturating_sub(p0.majflt),
             cpu_ms: p1.cpu_ns.saturating_sub(p0.cpu_ns) as f64 / 1e6,
-            dense_resident_frac: -1.0,
+            // probed outside the decode bracket: its cost lands in loop_overhead_ms
+            dense_resident_frac: setup.probe.sample(step).0,
             compute_ms: 0.0,
         }
         .with_residual();
+        tctx.loop_overhead_s += loop_overhead_ms / 1e3;
+        if let Some(sink) = csv.as_mut() {
+            let rctx = RowContext {
+                turn: 0,
+                memory: MemorySnapshot::sample(),
+                cache_budget_mib,
+                loop_overhead_ms,
+                page_size,
+            };
+            if let Err(e) = sink.write_row(&token_row(&row, &rctx)) {
+                let _ = writeln!(note, "bmoe: warning: {e} — metrics stop here");
+                csv = None;
+            }
+        }
         summary.n_gen += 1;
         summary.decode_s += wall.as_secs_f64();
         summary.cpu_s += row.cpu_ms / 1e3;
@@ -469,7 +612,14 @@ fn generate(
             if let Some(l) = load_line(&row) {
                 let _ = writeln!(out, "{l}");
             }
-            let _ = writeln!(out, "{}", progress_line(&row, &delta));
+            let line = match chat {
+                Some((tags, starts)) => {
+                    let (reasoning, answer) = split_reasoning(text.text(), tags, starts);
+                    progress_line_deltas(&row, &encoder.encode(&reasoning, &answer))
+                }
+                None => progress_line(&row, &delta),
+            };
+            let _ = writeln!(out, "{line}");
         } else {
             let _ = write!(out, "{delta}");
         }
@@ -477,6 +627,7 @@ fn generate(
         outcome.rows.push(row);
         tok = pick(ctx, &mut outcome.logits_hashes);
     }
+    tctx.loop_overhead_s += last_end.elapsed().as_secs_f64();
     let tail = text.finish();
     if !cfg.progress {
         let _ = writeln!(out, "{tail}\n");
@@ -494,11 +645,14 @@ fn generate(
             resident_bytes: n.resident_bytes,
             evictions: n.evictions,
             rereads: n.rereads,
+            auto_budget_mib: setup.auto_budget,
         });
     }
     let mode = if streaming {
         ModeLine::Streaming {
-            cache_mb: cfg.stream.map_or(0, |s| s.cache_mb),
+            cache_mb: setup.resolved.cache_mb,
+            auto: setup.auto_budget.is_some(),
+            dense: cfg.dense_weights,
         }
     } else if recipe_for(&facts.arch).is_some() {
         ModeLine::PlainStreamable {
@@ -514,6 +668,11 @@ fn generate(
     }
     for line in summary_lines(&summary, &mode) {
         let _ = writeln!(out, "{line}");
+    }
+    if let Some(sink) = csv.as_mut()
+        && let Err(e) = sink.write_summary(&trailer(&summary, &tctx))
+    {
+        let _ = writeln!(note, "bmoe: warning: {e}");
     }
     let _ = out.flush();
     outcome.text = text.text().to_string();

@@ -228,6 +228,25 @@ pub struct ProcessSample {
     pub cpu_ns: u64,
 }
 
+/// Of the page-aligned addresses `pages`, how many are resident in RAM (`mincore`), as
+/// `(resident, probed)`; pages that are not mapped are skipped. `None` when none could be probed.
+pub fn resident_pages(pages: &[usize]) -> Option<(usize, usize)> {
+    let page = system_page_size();
+    let (mut resident, mut probed) = (0usize, 0usize);
+    for &addr in pages {
+        let mut v: u8 = 0;
+        // SAFETY: mincore reads only the kernel's page tables for [addr, addr+page) and writes
+        // one byte per page (exactly one here) into `v`; an unmapped or unaligned address makes
+        // it fail with ENOMEM/EINVAL without touching any memory.
+        let r = unsafe { libc::mincore(addr as *mut libc::c_void, page, &mut v) };
+        if r == 0 {
+            probed += 1;
+            resident += usize::from(v & 1);
+        }
+    }
+    (probed > 0).then_some((resident, probed))
+}
+
 /// Samples major faults (getrusage) and process CPU time (CLOCK_PROCESS_CPUTIME_ID).
 pub fn process_sample() -> ProcessSample {
     // SAFETY: both calls write only into the zero-initialised structs passed by pointer.

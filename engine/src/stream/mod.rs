@@ -22,6 +22,8 @@ pub struct StreamSettings {
     pub io_threads: usize,
     /// Ask for O_DIRECT.
     pub o_direct: bool,
+    /// `--load-all`: every layer load reads every expert (the A/B baseline), whatever was routed.
+    pub load_all: bool,
 }
 
 /// Cumulative streaming counters (per-token figures are deltas of these).
@@ -83,6 +85,7 @@ pub struct Streamer {
     seen: Vec<u64>,
     seen_gen: u64,
     poison: Option<Poison>,
+    load_all: bool,
 }
 
 /// Why setting up streaming failed.
@@ -189,6 +192,7 @@ impl Streamer {
                 seen,
                 seen_gen: 0,
                 poison: None,
+                load_all: settings.load_all,
             },
             setup,
         ))
@@ -225,6 +229,15 @@ impl Streamer {
             return Ok(());
         };
         let t0 = Instant::now();
+        let every: Vec<i32>;
+        let ids = if self.load_all {
+            every = (0..self.layout.n_expert)
+                .filter_map(|e| i32::try_from(e).ok())
+                .collect();
+            &every[..]
+        } else {
+            ids
+        };
         self.cache.begin_load();
         self.seen_gen += 1;
         let mut jobs = Vec::new();
