@@ -456,3 +456,18 @@ axes = {{ cache = [0, 8] }}
         "{md}"
     );
 }
+
+#[test]
+fn shipped_examples_check_clean() {
+    let dir = workspace_root().join("examples/sweeps");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).expect("examples/sweeps").flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let o = bench().arg("sweep").arg(&p).arg("--check").output().expect("run");
+            assert!(o.status.success(), "{}: {}", p.display(), text(&o));
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "expected the shipped examples in {}", dir.display());
+}

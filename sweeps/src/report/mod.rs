@@ -269,7 +269,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         Format::Json => render::json(&report)?,
         Format::Jsonl => render::jsonl(&report)?,
     };
-    print!("{text}");
+    crate::sweep::emit(&text)?;
     if let Some(dir) = &args.plots {
         let files = plot::write_all(&report, dir, args.x.as_deref())?;
         for f in files {

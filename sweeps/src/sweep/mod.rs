@@ -83,6 +83,19 @@ pub struct SweepArgs {
     pub dry_run: bool,
 }
 
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
+///
+/// # Errors
+/// Other write errors.
+pub fn emit(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("cannot write to stdout"),
+    }
+}
+
 /// Loads and expands a manifest.
 ///
 /// # Errors
@@ -107,14 +120,11 @@ pub fn run(args: &SweepArgs) -> Result<()> {
     let (plan, text) = load(&args.manifest)?;
     if args.check || args.dry_run {
         let warm = plan.runs.iter().filter(|r| r.warmup).count();
-        println!(
-            "{}: ok — {} sweep(s), {} device(s), {} cell(s), {} run(s) ({} warm-up)",
+        let sweeps: std::collections::BTreeSet<&str> = plan.cells.iter().map(|c| c.sweep.as_str()).collect();
+        let mut out = format!(
+            "{}: ok — {} sweep(s), {} device(s), {} cell(s), {} run(s) ({} warm-up)\n",
             args.manifest.display(),
-            plan.cells
-                .iter()
-                .map(|c| c.sweep.as_str())
-                .collect::<std::collections::BTreeSet<_>>()
-                .len(),
+            sweeps.len(),
             plan.devices.len(),
             plan.cells.len(),
             plan.runs.len(),
@@ -125,21 +135,11 @@ pub fn run(args: &SweepArgs) -> Result<()> {
                 let c = &plan.cells[r.cell];
                 let mut words = vec![c.binary.clone(), "-m".into(), format!("<{}>", c.model)];
                 words.extend(c.args.iter().cloned());
-                let mem = c
-                    .mem_limit
-                    .map_or(String::new(), |b| format!(" [mem_limit {} MiB]", b >> 20));
-                println!(
-                    "{:>4} {} {}/{}/{}{mem}: {}",
-                    i + 1,
-                    c.device,
-                    c.sweep,
-                    c.tag,
-                    r.rep,
-                    device::shell_join(&words)
-                );
+                let mem = c.mem_limit.map_or(String::new(), |b| format!(" [mem_limit {} MiB]", b >> 20));
+                out.push_str(&format!("{:>4} {} {}/{}/{}{mem}: {}\n", i + 1, c.device, c.sweep, c.tag, r.rep, device::shell_join(&words)));
             }
         }
-        return Ok(());
+        return emit(&out);
     }
     let out = args
         .out
