@@ -166,6 +166,8 @@ pub struct ResolvedRun {
     pub o_direct: bool,
     /// I/O lanes running.
     pub io_threads: u64,
+    /// The dense-weights policy in effect (`mmap` without streaming).
+    pub dense_weights: crate::config::DenseWeights,
 }
 
 /// The preamble: every seed key, holding the resolved configuration (features of later issues
@@ -221,7 +223,7 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
         predict_log: Some(false),
         predict_spec_max: Some(0),
         prefetch_sync: Some(false),
-        dense_weights: Some(cfg.dense_weights.as_str().to_string()),
+        dense_weights: Some(r.dense_weights.as_str().to_string()),
         drop_cold_frac: Some(0.0),
         drop_renorm: Some(true),
         drop_prefill: Some(false),

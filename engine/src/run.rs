@@ -277,6 +277,16 @@ pub fn run(
         ..Default::default()
     };
     let mut auto_budget = None;
+    // located while the whole file is still mapped (anon moves the dense pages, same addresses)
+    let probe = DenseProbe::new(dense_probe_pages(&facts.index, system_page_size()));
+    let mut dense_arena = None;
+    if cfg.stream.is_none() && cfg.dense_weights != DenseWeights::Mmap {
+        let _ = writeln!(
+            note,
+            "bmoe: note: --dense-weights {} takes effect with --moe-stream; plain llama.cpp keeps the mmap",
+            cfg.dense_weights.as_str()
+        );
+    }
     if let (Some(sc), Some(recipe)) = (cfg.stream, recipe) {
         // capture warm-up: one BOS decode shows every expert tensor the graph reads
         let mut warm = [model.bos()];
@@ -349,6 +359,40 @@ pub fn run(
             let _ = writeln!(note, "bmoe: warning: {w}");
         }
         streamer.set_poison(cfg.poison);
+        match cfg.dense_weights {
+            DenseWeights::Mmap => {}
+            DenseWeights::Warm => match crate::dense::warm(&facts.index) {
+                Ok(o) => {
+                    let _ = writeln!(
+                        note,
+                        "bmoe: dense warm-up — {:.1} MiB in {:.2} s",
+                        o.bytes as f64 / (1024.0 * 1024.0),
+                        o.seconds
+                    );
+                }
+                Err(e) => {
+                    let _ = writeln!(note, "bmoe: warning: {e} — dense weights stay cold (mmap)");
+                }
+            },
+            DenseWeights::Anon => {
+                let o = crate::dense::anon(&facts.index, streamer.layout(), sc.o_direct)
+                    .map_err(|e| {
+                        fail(
+                            e.to_string(),
+                            "check the model file, or keep the dense weights mapped with --dense-weights mmap",
+                        )
+                    })?;
+                let _ = writeln!(
+                    note,
+                    "bmoe: dense-weights=anon — {:.1} MiB copied into anonymous memory in {:.2} s (o_direct={})",
+                    o.bytes as f64 / (1024.0 * 1024.0),
+                    o.seconds,
+                    u8::from(o.o_direct)
+                );
+                dense_arena = o.arena;
+            }
+        }
+        resolved.dense_weights = cfg.dense_weights;
         let _ = writeln!(
             note,
             "bmoe: expert streaming ON  n_expert={n_expert} o_direct={} io_threads={} cache={} MiB shards={} cache_cycle={:.1} MiB",
@@ -366,7 +410,6 @@ pub fn run(
         resolved.o_direct = setup.o_direct;
         resolved.io_threads = setup.lanes as u64;
     }
-    let probe = DenseProbe::new(dense_probe_pages(&facts.index, system_page_size()));
     let load_s = t_load.elapsed().as_secs_f64();
     let setup = Setup {
         facts: &facts,
@@ -374,6 +417,7 @@ pub fn run(
         auto_budget,
         probe,
         load_s,
+        _dense_arena: dense_arena,
     };
     generate(cfg, &mut ctx, setup, out, note)
 }
@@ -385,6 +429,8 @@ struct Setup<'f> {
     auto_budget: Option<u64>,
     probe: DenseProbe,
     load_s: f64,
+    /// `--dense-weights anon`'s pages, owned for the run.
+    _dense_arena: Option<crate::vm::Arena>,
 }
 
 fn stream_stats(ctx: &mut Context<'_, MoeHook>) -> Option<StreamStats> {
@@ -652,7 +698,7 @@ fn generate(
         ModeLine::Streaming {
             cache_mb: setup.resolved.cache_mb,
             auto: setup.auto_budget.is_some(),
-            dense: cfg.dense_weights,
+            dense: setup.resolved.dense_weights,
         }
     } else if recipe_for(&facts.arch).is_some() {
         ModeLine::PlainStreamable {
