@@ -10,6 +10,7 @@ pub mod autocache;
 pub mod chat;
 pub mod config;
 pub mod csv_sink;
+pub mod default_model;
 pub mod dense;
 #[allow(unsafe_code)]
 pub mod ffi;

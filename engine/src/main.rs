@@ -1,6 +1,7 @@
 //! `bmoe-cli`: run a GGUF model; with `--moe-stream`, stream the routed experts from flash.
 
 use bmoe_engine::config::Cli;
+use bmoe_engine::default_model;
 use bmoe_engine::registry::list_archs_text;
 use bmoe_engine::run::run;
 use clap::Parser;
@@ -8,7 +9,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     if cli.version {
         println!("{}", bmoe_engine::VERSION);
         return ExitCode::SUCCESS;
@@ -16,6 +17,34 @@ fn main() -> ExitCode {
     if cli.list_archs {
         print!("{}", list_archs_text());
         return ExitCode::SUCCESS;
+    }
+    if cli.model.is_none() {
+        // the README's first command runs without -m: use the built-in tiny model
+        let Some(dir) = default_model::cache_dir() else {
+            eprintln!(
+                "error: no model given (-m/--model) and no cache folder for the built-in one\nhint: pass -m model.gguf, or set BMOE_CACHE_DIR"
+            );
+            return ExitCode::from(2);
+        };
+        match default_model::ensure_in(&dir) {
+            Ok((path, origin)) => {
+                let how = match origin {
+                    default_model::Origin::Cached => "cached",
+                    default_model::Origin::Synthesised => "synthesised now",
+                };
+                eprintln!(
+                    "bmoe: no -m given — using the built-in tiny synthetic MoE model {} ({how})",
+                    path.display()
+                );
+                cli.model = Some(path);
+            }
+            Err(e) => {
+                eprintln!(
+                    "error: {e}\nhint: pass -m model.gguf, or point BMOE_CACHE_DIR at a writable folder"
+                );
+                return ExitCode::from(1);
+            }
+        }
     }
     let cfg = match cli.resolve() {
         Ok(c) => c,

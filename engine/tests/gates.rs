@@ -426,3 +426,34 @@ fn cli_basics() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/m.gguf"));
 }
+
+#[test]
+fn without_model_flag_runs_the_builtin_tiny_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for expect in ["synthesised now", "cached"] {
+        let out = cli()
+            .env("BMOE_CACHE_DIR", dir.path())
+            .args([
+                "--moe-stream",
+                "--cache-mb",
+                "2",
+                "-p",
+                "hello",
+                "-n",
+                "4",
+                "-t",
+                "2",
+                "--progress",
+            ])
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(
+            err.contains("built-in tiny") && err.contains(expect),
+            "{err}"
+        );
+        let p = PerfReport::parse(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(p.generation.expect("generation").tokens, 4);
+    }
+}
