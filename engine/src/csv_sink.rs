@@ -69,6 +69,8 @@ pub struct TrailerContext {
     pub cache_budget_mib: f64,
     /// Σ loop overhead incl. the tail after the last decode, s.
     pub loop_overhead_s: f64,
+    /// The memory cgroup's usage at the end of the run (bytes), inside a limited one.
+    pub cgroup_usage_bytes: Option<u64>,
     /// Process CPU during the prefill, s.
     pub prefill_cpu_s: f64,
     /// Bytes read during the prefill.
@@ -142,6 +144,9 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push_f64("prefill_io_s", c.prefill_io_s, 3);
     t.push_f64("prefill_stall_s", 0.0, 3);
     t.push_f64("prefill_mgmt_s", c.prefill_mgmt_s, 3);
+    if let Some(u) = c.cgroup_usage_bytes {
+        t.push_f64("cgroup_usage_MiB", mib(u), 1);
+    }
     t
 }
 
@@ -237,8 +242,29 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
         spec_draft_max: Some(0),
         mtp_p_min: Some(0.0),
         ngram_min_match: Some(0),
-        extra: Default::default(),
+        extra: cgroup_keys(crate::memory::cgroup_memory().as_ref()),
     }
+}
+
+/// Appended preamble keys (older readers ignore them): the memory cgroup the run was confined
+/// to, `cgroup=none` outside one — the limit that bounds every memory column of the rows.
+pub fn cgroup_keys(cg: Option<&crate::memory::CgroupMemory>) -> bmoe_telemetry::kv::KvMap {
+    let mut m = bmoe_telemetry::kv::KvMap::new();
+    match cg {
+        Some(c) => {
+            let v = match c.version {
+                crate::memory::CgroupVersion::V1 => "v1",
+                crate::memory::CgroupVersion::V2 => "v2",
+            };
+            m.insert("cgroup", v);
+            m.insert(
+                "cgroup_limit_mb",
+                c.limit.map_or(0, |l| l / (1024 * 1024)).to_string(),
+            );
+        }
+        None => m.insert("cgroup", "none"),
+    }
+    m
 }
 
 /// An open metrics CSV.
@@ -389,6 +415,22 @@ mod tests {
         assert_eq!(t.get_f64("compute_s/tok"), Some(0.005));
         assert_eq!(t.get_f64("majflt/tok"), Some(3.0));
         assert_eq!(t.get_u64("n_prompt"), Some(4));
+    }
+
+    #[test]
+    fn cgroup_keys_name_the_limit() {
+        use crate::memory::{CgroupMemory, CgroupVersion};
+        let cg = CgroupMemory {
+            version: CgroupVersion::V1,
+            dir: "/sys/fs/cgroup/memory/x".into(),
+            limit: Some(8 << 30),
+            usage: 1 << 30,
+            reclaimable: 0,
+        };
+        let m = cgroup_keys(Some(&cg));
+        assert_eq!(m.get("cgroup"), Some("v1"));
+        assert_eq!(m.get("cgroup_limit_mb"), Some("8192"));
+        assert_eq!(cgroup_keys(None).get("cgroup"), Some("none"));
     }
 
     #[test]

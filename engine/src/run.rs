@@ -715,6 +715,9 @@ fn generate(
     for line in summary_lines(&summary, &mode) {
         let _ = writeln!(out, "{line}");
     }
+    tctx.cgroup_usage_bytes = cgroup_memory()
+        .filter(|c| c.limit.is_some())
+        .map(|c| c.usage);
     if let Some(sink) = csv.as_mut()
         && let Err(e) = sink.write_summary(&trailer(&summary, &tctx))
     {

@@ -440,6 +440,14 @@ fn auto_cache_inside_a_memory_cgroup_stays_below_its_limit() {
     );
     let f = MetricsFile::read(&path).unwrap();
     assert_eq!(f.info.cache_auto, Some(true));
+    assert_eq!(
+        f.info.extra.get("cgroup_limit_mb"),
+        Some((limit >> 20).to_string().as_str())
+    );
+    let usage = f.summaries[0]
+        .get_f64("cgroup_usage_MiB")
+        .expect("cgroup usage");
+    assert!(usage > 0.0 && usage <= (limit >> 20) as f64);
     let budget = f.info.cache_mb.unwrap();
     assert!(budget > 0, "{stderr}");
     assert!(
