@@ -34,7 +34,8 @@ fn synth(dir: &Path, name: &str, preset: Preset, edit: impl FnOnce(&mut SynthOpt
 fn models() -> &'static Models {
     static M: OnceLock<Models> = OnceLock::new();
     M.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("tempdir");
+        // under the target dir, not /tmp: tmpfs refuses O_DIRECT, which would make that gate vacuous
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
         let d = dir.path();
         Models {
             q8: synth(d, "tiny-q8.gguf", Preset::Tiny, |o| {
@@ -148,6 +149,22 @@ fn q8_streaming_matches_resident_across_cache_io_and_odirect() {
             ],
         ],
     );
+}
+
+#[test]
+fn o_direct_is_really_used_unless_the_filesystem_refuses() {
+    let out = run(&models().q8, &["--moe-stream"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    if err.contains("using buffered I/O") {
+        eprintln!(
+            "note: O_DIRECT unavailable on this filesystem; the O_DIRECT gate ran buffered:\n{err}"
+        );
+    } else {
+        assert!(err.contains("o_direct=1"), "{err}");
+    }
+    let buffered = run(&models().q8, &["--moe-stream", "--no-odirect"]);
+    assert!(String::from_utf8_lossy(&buffered.stderr).contains("o_direct=0"));
 }
 
 #[test]
