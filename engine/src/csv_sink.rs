@@ -137,6 +137,10 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push_f64(k::MAJFLT_PER_TOK, s.majflt as f64 / n, 2);
     t.push_f64(k::CPU_S_PER_TOK, s.cpu_s / n, 4);
     t.push_f64(k::LOOP_OVERHEAD_S_PER_TOK, c.loop_overhead_s / n, 4);
+    if s.stream.is_some() {
+        t.push_f64("token_demand_MiB", mib(st.token_demand_bytes), 1);
+        t.push_f64("layer_demand_MiB", mib(st.layer_demand_bytes), 1);
+    }
     t.push("evictions", st.evictions.to_string());
     t.push("rereads", st.rereads.to_string());
     t.push_f64("prefill_cpu_s", c.prefill_cpu_s, 3);
@@ -396,6 +400,8 @@ mod tests {
                 evictions: 0,
                 rereads: 0,
                 auto_budget_mib: None,
+                token_demand_bytes: 3 << 20,
+                layer_demand_bytes: 1 << 20,
             }),
         };
         sink.write_summary(&trailer(&summary, &TrailerContext::default()))
@@ -415,6 +421,8 @@ mod tests {
         assert_eq!(t.get_f64("compute_s/tok"), Some(0.005));
         assert_eq!(t.get_f64("majflt/tok"), Some(3.0));
         assert_eq!(t.get_u64("n_prompt"), Some(4));
+        assert_eq!(t.get_f64("token_demand_MiB"), Some(3.0));
+        assert_eq!(t.get_f64("layer_demand_MiB"), Some(1.0));
     }
 
     #[test]

@@ -192,6 +192,10 @@ pub struct StreamSummary {
     pub rereads: u64,
     /// The budget `--cache-mb auto` sized (MiB), printed on the `moe-cache:` line.
     pub auto_budget_mib: Option<u64>,
+    /// Distinct routed bytes of the last decode's pass over the layers.
+    pub token_demand_bytes: u64,
+    /// The widest layer's share of it.
+    pub layer_demand_bytes: u64,
 }
 
 /// The end-of-run lines after the banners: `generation:`, `compute:`, `mode:`, `prefill:`,
@@ -353,6 +357,8 @@ mod tests {
                 evictions: 3,
                 rereads: 2,
                 auto_budget_mib: None,
+                token_demand_bytes: 0,
+                layer_demand_bytes: 0,
             }),
         };
         let lines = summary_lines(

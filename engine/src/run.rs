@@ -692,6 +692,8 @@ fn generate(
             evictions: n.evictions,
             rereads: n.rereads,
             auto_budget_mib: setup.auto_budget,
+            token_demand_bytes: n.token_demand_bytes,
+            layer_demand_bytes: n.layer_demand_bytes,
         });
     }
     let mode = if streaming {

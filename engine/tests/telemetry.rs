@@ -226,6 +226,17 @@ fn streamed_csv_has_every_column_and_key_and_obeys_the_invariants() {
     }
     assert!((t.get_f64("read_MiB").unwrap() - sum as f64 / MIB).abs() <= 0.05 + 1e-9);
     assert_eq!(t.get_u64("tokens"), Some(f.rows.len() as u64));
+    // one decode routes top-k distinct experts per layer
+    let per_layer: Vec<u64> = m.info.layers.iter().map(|l| l.expert_bytes).collect();
+    let k = u64::from(m.info.n_expert_used);
+    let demand = t.get_f64("token_demand_MiB").expect("token_demand_MiB");
+    let want = per_layer.iter().sum::<u64>() * k;
+    assert!(
+        (demand - want as f64 / MIB).abs() <= 0.05,
+        "{demand} vs {want}"
+    );
+    let widest = t.get_f64("layer_demand_MiB").expect("layer_demand_MiB");
+    assert!((widest - (per_layer.iter().max().unwrap() * k) as f64 / MIB).abs() <= 0.05);
     let mode = perf.mode.expect("mode: line").to_string();
     assert_eq!(mode, "mode: expert streaming, cache 1 MiB, dense mmap");
     assert!(perf.compute.is_some() && perf.prefill.is_some());

@@ -49,6 +49,11 @@ pub struct StreamStats {
     pub rereads: u64,
     /// Bytes resident in the cache now.
     pub resident_bytes: u64,
+    /// Distinct routed expert bytes of the latest pass over the layers (one decode): what one
+    /// token routes, measured (a prefill pass routes the union of its tokens).
+    pub token_demand_bytes: u64,
+    /// The widest layer's distinct routed bytes in that pass.
+    pub layer_demand_bytes: u64,
 }
 
 /// Test-only poisoning: writes NaN bytes (0xFF) over expert slices after each load, to prove
@@ -86,6 +91,7 @@ pub struct Streamer {
     seen_gen: u64,
     poison: Option<Poison>,
     load_all: bool,
+    last_layer: Option<usize>,
 }
 
 /// Why setting up streaming failed.
@@ -193,6 +199,7 @@ impl Streamer {
                 seen_gen: 0,
                 poison: None,
                 load_all: settings.load_all,
+                last_layer: None,
             },
             setup,
         ))
@@ -225,6 +232,10 @@ impl Streamer {
     /// (token-major, duplicates allowed — a prefill batch routes many tokens and the union is
     /// read once). Misses are read on the lanes; then the cache is trimmed to its budget.
     pub fn load_layer(&mut self, layer: usize, ids: &[i32]) -> Result<(), ReadError> {
+        if let Some(Some(l)) = self.layout.layers.get(layer) {
+            let entry = l.entry_bytes();
+            self.count_demand(layer, entry, ids);
+        }
         let Some(Some(experts)) = self.layout.layers.get(layer) else {
             return Ok(());
         };
@@ -307,6 +318,26 @@ impl Streamer {
             self.apply_poison(layer, p, first_routed);
         }
         Ok(())
+    }
+
+    /// Demand accounting: distinct routed experts × entry bytes, summed over one pass of the
+    /// layers; a pass ends when a load's layer index is not above the previous one.
+    fn count_demand(&mut self, layer: usize, entry_bytes: u64, ids: &[i32]) {
+        let mut distinct: Vec<i32> = ids
+            .iter()
+            .copied()
+            .filter(|&e| usize::try_from(e).is_ok_and(|e| e < self.layout.n_expert))
+            .collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let bytes = distinct.len() as u64 * entry_bytes;
+        if self.last_layer.is_none_or(|l| layer <= l) {
+            self.stats.token_demand_bytes = 0;
+            self.stats.layer_demand_bytes = 0;
+        }
+        self.last_layer = Some(layer);
+        self.stats.token_demand_bytes += bytes;
+        self.stats.layer_demand_bytes = self.stats.layer_demand_bytes.max(bytes);
     }
 
     fn apply_poison(&mut self, layer: usize, p: Poison, first_routed: Option<usize>) {
