@@ -330,4 +330,20 @@ mod tests {
         );
         assert_eq!(&arena.copy_out(base, 4).unwrap(), &[1, 2, 3, 7]);
     }
+
+    #[test]
+    fn mincore_sees_touched_pages_and_skips_unmapped_ones() {
+        let page = system_page_size();
+        let mut buf = AlignedBuf::zeroed(64 * page).unwrap();
+        let base = buf.as_mut_slice().as_ptr() as usize;
+        for p in 0..8 {
+            buf.as_mut_slice()[p * page] = 1;
+        }
+        let touched: Vec<usize> = (0..8).map(|p| base + p * page).collect();
+        assert_eq!(resident_pages(&touched), Some((8, 8)));
+        // page 0 is never mapped in a user process
+        assert_eq!(resident_pages(&[0]), None);
+        let mixed = [0, base];
+        assert_eq!(resident_pages(&mixed), Some((1, 1)));
+    }
 }
