@@ -176,6 +176,7 @@ fn run_route(a: &RouteArgs) -> Result<String> {
     let filter = RouteFilter {
         turn: a.turn,
         phase,
+        all_columns: false,
     };
     let trace = RouteTrace::read(&a.trace, filter)?;
     let opt = route::RouteOptions {
@@ -201,6 +202,7 @@ fn run_replay(a: &ReplayArgs) -> Result<String> {
         RouteFilter {
             turn: a.turn,
             phase: Phase::All,
+            all_columns: true,
         },
     )?;
     let opt = replay::ReplayOptions {
@@ -234,7 +236,7 @@ fn run_drop(a: &DropArgs) -> Result<String> {
                     hint: "pass a route trace (`# route_trace v1` with a `# model=... n_expert_used=` line)".into(),
                 });
             }
-            let t = RouteTrace::read(path, RouteFilter { turn: None, phase: Phase::All })?;
+            let t = RouteTrace::read(path, RouteFilter { turn: None, phase: Phase::All, all_columns: true })?;
             Ok(drop::report(&t).unwrap_or_default())
         });
         match result {

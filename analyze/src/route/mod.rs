@@ -114,7 +114,7 @@ pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
     let seq = if needs_seq {
         views::seq_by_layer(t, &cells)
     } else {
-        Vec::new()
+        views::Seq::empty()
     };
     let mut out = String::new();
     header(&mut out, t, opt.filter.phase);

@@ -49,6 +49,9 @@ pub struct RouteFilter {
     pub turn: Option<i64>,
     /// Keep only this phase.
     pub phase: Phase,
+    /// Also keep `turn`, `phase` and `dropped` per row (replay and drop need them; the views
+    /// do not, and leaving them out saves memory on big traces).
+    pub all_columns: bool,
 }
 
 /// The preamble of a route trace.
@@ -206,6 +209,9 @@ fn int_in<T: TryFrom<i64>>(
 }
 
 fn parse_weight(path: &Path, line: usize, raw: &[u8]) -> Result<f64> {
+    if let Some(v) = fast_decimal(raw) {
+        return Ok(v);
+    }
     let s = std::str::from_utf8(raw)
         .map_err(|_| field_err(path, line, "weight", raw, "a number"))?
         .trim();
@@ -279,129 +285,79 @@ impl RouteTrace {
     /// Read `path`, keeping rows that pass `filter`.
     pub fn read(path: &Path, filter: RouteFilter) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(|e| AnalyzeError::io(path, e))?;
-        Self::from_reader(path, file, filter)
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Self::parse(path, file, filter, size)
     }
 
     /// Read a route trace from any reader; `path` is used in messages only.
     pub fn from_reader(path: &Path, reader: impl Read, filter: RouteFilter) -> Result<Self> {
-        let mut meta = RouteMeta {
-            model: "?".into(),
-            arch: "?".into(),
-            ..RouteMeta::default()
+        Self::parse(path, reader, filter, 0)
+    }
+
+    fn parse(
+        path: &Path,
+        mut reader: impl Read,
+        filter: RouteFilter,
+        size_hint: u64,
+    ) -> Result<Self> {
+        let mut p = Parser {
+            path,
+            filter,
+            meta: RouteMeta {
+                model: "?".into(),
+                arch: "?".into(),
+                ..RouteMeta::default()
+            },
+            rows: RouteRows::default(),
+            layout: None,
+            n_dropped: 0,
+            total_rows: 0,
+            line_no: 0,
+            reserved: false,
+            size_hint,
         };
-        let mut rows = RouteRows::default();
-        let mut layout: Option<Layout> = None;
-        let mut n_dropped = 0usize;
-        let mut total_rows = 0usize;
-        let mut reader = BufReader::with_capacity(1 << 20, reader);
-        let mut buf = Vec::with_capacity(256);
-        let mut line_no = 0usize;
+        // Big chunks, lines split in place: no per-line copy or allocation.
+        let mut buf = vec![0u8; 4 << 20];
+        let mut filled = 0usize;
         loop {
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| AnalyzeError::io(path, e))?;
+            let n = loop {
+                match reader.read(&mut buf[filled..]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(AnalyzeError::io(path, e)),
+                }
+            };
+            filled += n;
+            let mut pos = 0usize;
+            while let Some(nl) = buf[pos..filled].iter().position(|&b| b == b'\n') {
+                p.line(&buf[pos..pos + nl])?;
+                pos += nl + 1;
+            }
             if n == 0 {
+                if pos < filled {
+                    p.line(&buf[pos..filled])?;
+                }
                 break;
             }
-            line_no += 1;
-            let mut line: &[u8] = &buf;
-            while let [rest @ .., b'\n' | b'\r'] = line {
-                line = rest;
+            if !p.reserved && p.line_no > 100 && pos > 0 {
+                p.reserve(pos);
             }
-            if line.first() == Some(&b'#') {
-                let text = String::from_utf8_lossy(line);
-                parse_meta_line(path, line_no, &text, &mut meta)?;
-                continue;
+            buf.copy_within(pos..filled, 0);
+            filled -= pos;
+            if filled == buf.len() {
+                // A line longer than the buffer: grow it.
+                buf.resize(buf.len() * 2, 0);
             }
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            if line.starts_with(b"turn,") {
-                let text = String::from_utf8_lossy(line);
-                layout = Some(Layout::from_header(path, line_no, &text)?);
-                continue;
-            }
-            let lay = layout.get_or_insert_with(Layout::positional);
-            let mut fields: [&[u8]; 16] = [&[]; 16];
-            let mut n_fields = 0usize;
-            for part in line.split(|&b| b == b',') {
-                if n_fields < fields.len() {
-                    fields[n_fields] = part;
-                }
-                n_fields += 1;
-            }
-            let fields = &fields[..n_fields.min(16)];
-            if n_fields < 9 || n_fields < lay.n_fields.min(9) {
-                return Err(AnalyzeError::malformed(
-                    path,
-                    line_no,
-                    format!("{n_fields} fields, a route trace row has 9 or 10 (truncated line?)"),
-                ));
-            }
-            total_rows += 1;
-            let i = &lay.idx;
-            let turn: i32 = int_in(path, line_no, "turn", fields[i[0]], "an integer")?;
-            let phase: u8 = int_in(path, line_no, "phase", fields[i[1]], "0 or 1")?;
-            if phase > 1 {
-                return Err(field_err(
-                    path,
-                    line_no,
-                    "phase",
-                    fields[i[1]],
-                    "0 (prefill) or 1 (decode)",
-                ));
-            }
-            if filter.turn.is_some_and(|t| t != i64::from(turn)) || !filter.phase.keeps(phase) {
-                continue;
-            }
-            let step: i32 = int_in(path, line_no, "step", fields[i[2]], "an integer")?;
-            let layer: u16 = int_in(
-                path,
-                line_no,
-                "layer",
-                fields[i[3]],
-                "a layer index (0..65535)",
-            )?;
-            let slot: u16 = int_in(
-                path,
-                line_no,
-                "slot",
-                fields[i[4]],
-                "a slot index (0..65535)",
-            )?;
-            let expert: u32 = int_in(path, line_no, "expert", fields[i[5]], "an expert id")?;
-            let weight = parse_weight(path, line_no, fields[i[6]])?;
-            let residency: u8 = int_in(path, line_no, "residency", fields[i[7]], "0, 1 or 2")?;
-            if residency > 2 {
-                return Err(field_err(
-                    path,
-                    line_no,
-                    "residency",
-                    fields[i[7]],
-                    "0 (miss), 1 (hit) or 2 (prefetch hit)",
-                ));
-            }
-            let bytes: u64 = int_in(path, line_no, "expert_bytes", fields[i[8]], "a byte count")?;
-            let dropped: u8 = match lay.dropped.and_then(|d| fields.get(d)) {
-                None => 0,
-                Some(raw) if raw.iter().all(u8::is_ascii_whitespace) => 0,
-                Some(raw) => int_in(path, line_no, "dropped", raw, "0 or 1")?,
-            };
-            if dropped != 0 {
-                n_dropped += 1;
-            }
-            rows.turn.push(turn);
-            rows.phase.push(phase);
-            rows.step.push(step);
-            rows.layer.push(layer);
-            rows.slot.push(slot);
-            rows.expert.push(expert);
-            rows.weight.push(weight);
-            rows.residency.push(residency);
-            rows.bytes.push(bytes);
-            rows.dropped.push(dropped);
         }
+        let Parser {
+            meta,
+            mut rows,
+            layout,
+            n_dropped,
+            total_rows,
+            ..
+        } = p;
+        rows.shrink_to_fit();
         let has_dropped = layout
             .as_ref()
             .is_some_and(|l| l.dropped.is_some_and(|d| d < l.n_fields));
@@ -413,6 +369,225 @@ impl RouteTrace {
             n_dropped,
             total_rows,
         })
+    }
+}
+
+struct Parser<'a> {
+    path: &'a Path,
+    filter: RouteFilter,
+    meta: RouteMeta,
+    rows: RouteRows,
+    layout: Option<Layout>,
+    n_dropped: usize,
+    total_rows: usize,
+    line_no: usize,
+    reserved: bool,
+    size_hint: u64,
+}
+
+/// Digits-only fast path; anything else goes through the lenient parser.
+fn fast_int(field: &[u8]) -> Option<i64> {
+    if field.is_empty() || field.len() > 18 {
+        return parse_int(field);
+    }
+    let mut acc = 0i64;
+    for &b in field {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return parse_int(field);
+        }
+        acc = acc * 10 + i64::from(d);
+    }
+    Some(acc)
+}
+
+/// Exact fast path for plain decimals (`0.123456`): with at most 15 significant digits and 22
+/// decimals, `mantissa / 10^k` is one correctly rounded IEEE division of two exact values, so
+/// the result equals the correctly rounded parse. Anything else (`1.2e-05`, `nan`) returns None.
+fn fast_decimal(field: &[u8]) -> Option<f64> {
+    const POW10: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    ];
+    let (neg, digits) = match field.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, field),
+    };
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    let mut mant = 0u64;
+    let mut frac_digits: Option<usize> = None;
+    let mut n_digits = 0usize;
+    for &b in digits {
+        if b == b'.' {
+            if frac_digits.is_some() {
+                return None;
+            }
+            frac_digits = Some(0);
+            continue;
+        }
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        mant = mant * 10 + u64::from(d);
+        n_digits += 1;
+        if let Some(k) = frac_digits.as_mut() {
+            *k += 1;
+        }
+    }
+    let k = frac_digits.unwrap_or(0);
+    if n_digits == 0 || n_digits > 15 || k >= POW10.len() {
+        return None;
+    }
+    let v = mant as f64 / POW10[k];
+    Some(if neg { -v } else { v })
+}
+
+impl RouteRows {
+    fn reserve(&mut self, n: usize, all: bool) {
+        if all {
+            self.turn.reserve_exact(n);
+            self.phase.reserve_exact(n);
+            self.dropped.reserve_exact(n);
+        }
+        self.step.reserve_exact(n);
+        self.layer.reserve_exact(n);
+        self.slot.reserve_exact(n);
+        self.expert.reserve_exact(n);
+        self.weight.reserve_exact(n);
+        self.residency.reserve_exact(n);
+        self.bytes.reserve_exact(n);
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.turn.shrink_to_fit();
+        self.phase.shrink_to_fit();
+        self.dropped.shrink_to_fit();
+        self.step.shrink_to_fit();
+        self.layer.shrink_to_fit();
+        self.slot.shrink_to_fit();
+        self.expert.shrink_to_fit();
+        self.weight.shrink_to_fit();
+        self.residency.shrink_to_fit();
+        self.bytes.shrink_to_fit();
+    }
+}
+
+impl Parser<'_> {
+    /// Size the columns from the bytes per line seen so far, so they never double past the need.
+    fn reserve(&mut self, bytes_seen: usize) {
+        self.reserved = true;
+        if self.size_hint == 0 || self.line_no == 0 {
+            return;
+        }
+        let per_line = (bytes_seen as f64 / self.line_no as f64).max(1.0);
+        let est = (self.size_hint as f64 / per_line * 1.02) as usize + 1024;
+        self.rows
+            .reserve(est.saturating_sub(self.rows.len()), self.filter.all_columns);
+    }
+
+    fn line(&mut self, raw: &[u8]) -> Result<()> {
+        self.line_no += 1;
+        let (path, line_no) = (self.path, self.line_no);
+        let mut line = raw;
+        while let [rest @ .., b'\r'] = line {
+            line = rest;
+        }
+        if line.first() == Some(&b'#') {
+            let text = String::from_utf8_lossy(line);
+            return parse_meta_line(path, line_no, &text, &mut self.meta);
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        if line.starts_with(b"turn,") {
+            let text = String::from_utf8_lossy(line);
+            self.layout = Some(Layout::from_header(path, line_no, &text)?);
+            return Ok(());
+        }
+        let lay = self.layout.get_or_insert_with(Layout::positional);
+        let mut fields: [&[u8]; 16] = [&[]; 16];
+        let mut n_fields = 0usize;
+        for part in line.split(|&b| b == b',') {
+            if n_fields < fields.len() {
+                fields[n_fields] = part;
+            }
+            n_fields += 1;
+        }
+        let fields = &fields[..n_fields.min(16)];
+        if n_fields < 9 || n_fields < lay.n_fields.min(9) {
+            return Err(AnalyzeError::malformed(
+                path,
+                line_no,
+                format!("{n_fields} fields, a route trace row has 9 or 10 (truncated line?)"),
+            ));
+        }
+        self.total_rows += 1;
+        let i = lay.idx;
+        let int = |k: usize, name: &str, want: &str| -> Result<i64> {
+            fast_int(fields[i[k]]).ok_or_else(|| field_err(path, line_no, name, fields[i[k]], want))
+        };
+        let turn = int(0, "turn", "an integer")?;
+        let phase = int(1, "phase", "0 (prefill) or 1 (decode)")?;
+        if !(0..=1).contains(&phase) {
+            return Err(field_err(
+                path,
+                line_no,
+                "phase",
+                fields[i[1]],
+                "0 (prefill) or 1 (decode)",
+            ));
+        }
+        let phase = phase as u8;
+        if self.filter.turn.is_some_and(|t| t != turn) || !self.filter.phase.keeps(phase) {
+            return Ok(());
+        }
+        let range =
+            |k: usize, name: &str, want: &str| field_err(path, line_no, name, fields[i[k]], want);
+        let turn = i32::try_from(turn).map_err(|_| range(0, "turn", "a turn number (32-bit)"))?;
+        let step = i32::try_from(int(2, "step", "an integer")?)
+            .map_err(|_| range(2, "step", "a step number (32-bit)"))?;
+        let layer = u16::try_from(int(3, "layer", "a layer index")?)
+            .map_err(|_| range(3, "layer", "a layer index (0..65535)"))?;
+        let slot = u16::try_from(int(4, "slot", "a slot index")?)
+            .map_err(|_| range(4, "slot", "a slot index (0..65535)"))?;
+        let expert = u32::try_from(int(5, "expert", "an expert id")?)
+            .map_err(|_| range(5, "expert", "an expert id"))?;
+        let weight = parse_weight(path, line_no, fields[i[6]])?;
+        let residency = int(7, "residency", "0, 1 or 2")?;
+        if !(0..=2).contains(&residency) {
+            return Err(range(
+                7,
+                "residency",
+                "0 (miss), 1 (hit) or 2 (prefetch hit)",
+            ));
+        }
+        let bytes = u64::try_from(int(8, "expert_bytes", "a byte count")?)
+            .map_err(|_| range(8, "expert_bytes", "a byte count"))?;
+        let dropped: u8 = match lay.dropped.and_then(|d| fields.get(d)) {
+            None => 0,
+            Some(raw) if raw.iter().all(u8::is_ascii_whitespace) => 0,
+            Some(raw) => int_in(path, line_no, "dropped", raw, "0 or 1")?,
+        };
+        if dropped != 0 {
+            self.n_dropped += 1;
+        }
+        let rows = &mut self.rows;
+        if self.filter.all_columns {
+            rows.turn.push(turn);
+            rows.phase.push(phase);
+            rows.dropped.push(dropped);
+        }
+        rows.step.push(step);
+        rows.layer.push(layer);
+        rows.slot.push(slot);
+        rows.expert.push(expert);
+        rows.weight.push(weight);
+        rows.residency.push(residency as u8);
+        rows.bytes.push(bytes);
+        Ok(())
     }
 }
 
@@ -429,7 +604,11 @@ turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n\
         RouteTrace::from_reader(
             Path::new("t.csv"),
             text.as_bytes(),
-            RouteFilter { turn: None, phase },
+            RouteFilter {
+                turn: None,
+                phase,
+                all_columns: true,
+            },
         )
     }
 
@@ -467,6 +646,19 @@ turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n\
                 .to_string()
                 .contains("residency")
         );
+    }
+
+    #[test]
+    fn fast_decimal_equals_the_standard_parse() {
+        for text in [
+            "0.123456", "1", "0.5", "0.999999", "0.000123", "12.75", "-0.25", "0.1", "0.3", "0.7",
+        ] {
+            let want: f64 = text.parse().expect("valid");
+            assert_eq!(fast_decimal(text.as_bytes()), Some(want), "{text}");
+        }
+        for text in ["1e-05", "nan", "", ".", "1.2.3", "0.12345678901234567"] {
+            assert_eq!(fast_decimal(text.as_bytes()), None, "{text}");
+        }
     }
 
     #[test]

@@ -49,18 +49,67 @@ fn max_expert(t: &RouteTrace) -> u32 {
     t.rows.expert.iter().copied().max().unwrap_or(0)
 }
 
-/// Position lists per layer: for each layer (ascending) the expert ids of each position, ordered
-/// by (slot, expert).
-pub(crate) fn seq_by_layer(t: &RouteTrace, cells: &Cells) -> Vec<Vec<Vec<u32>>> {
-    cells
-        .by_layer
-        .iter()
-        .map(|list| {
-            list.iter()
-                .map(|&c| cells.ids_by_slot_expert(c, &t.rows))
-                .collect()
-        })
-        .collect()
+/// Position lists per layer, stored flat: for each layer (ascending) the expert ids of each
+/// position (its cells by step), ordered by (slot, expert).
+pub struct Seq {
+    ids: Vec<u32>,
+    start: Vec<usize>,
+    layer_start: Vec<usize>,
+}
+
+impl Seq {
+    /// No layers (for view sets that do not need positions).
+    pub fn empty() -> Self {
+        Self {
+            ids: Vec::new(),
+            start: vec![0],
+            layer_start: vec![0],
+        }
+    }
+
+    /// Number of layers.
+    pub fn n_layers(&self) -> usize {
+        self.layer_start.len() - 1
+    }
+
+    /// The positions of layer index `li`.
+    pub fn layer(&self, li: usize) -> Vec<&[u32]> {
+        (self.layer_start[li]..self.layer_start[li + 1])
+            .map(|p| &self.ids[self.start[p]..self.start[p + 1]])
+            .collect()
+    }
+
+    /// Number of positions of layer index `li`.
+    pub fn len(&self, li: usize) -> usize {
+        self.layer_start[li + 1] - self.layer_start[li]
+    }
+}
+
+pub(crate) fn seq_by_layer(t: &RouteTrace, cells: &Cells) -> Seq {
+    let mut ids = Vec::with_capacity(t.rows.len());
+    let mut start = vec![0usize];
+    let mut layer_start = vec![0usize];
+    let mut tmp: Vec<(u16, u32)> = Vec::new();
+    for list in &cells.by_layer {
+        for &c in list {
+            tmp.clear();
+            tmp.extend(
+                cells
+                    .rows(c)
+                    .iter()
+                    .map(|&r| (t.rows.slot[r as usize], t.rows.expert[r as usize])),
+            );
+            tmp.sort_unstable();
+            ids.extend(tmp.iter().map(|&(_, e)| e));
+            start.push(ids.len());
+        }
+        layer_start.push(start.len() - 1);
+    }
+    Seq {
+        ids,
+        start,
+        layer_start,
+    }
 }
 
 /// `hot`: the most activated experts per layer.
@@ -70,34 +119,30 @@ pub fn hot(out: &mut String, t: &RouteTrace, cells: &Cells, top: i64) {
         "\n=== hot experts per layer (top {top}) - 'coverage' = share of this layer's activations ==="
     );
     out.push_str("layer  unique coverage  expert:activations\n");
-    let mut index: ExpertMap<u32> = ExpertMap::new(max_expert(t));
+    let max_id = max_expert(t);
     for (li, &layer) in cells.layers.iter().enumerate() {
-        // (expert, count) in order of first appearance in the file.
+        // (expert, count, first row in the file): ties rank by first appearance.
+        let mut index: ExpertMap<u32> = ExpertMap::new(max_id);
         let mut counts: Vec<(u32, u64, u32)> = Vec::new();
-        let mut rows: Vec<u32> = cells.by_layer[li]
-            .iter()
-            .flat_map(|&c| cells.rows(c).iter().copied())
-            .collect();
-        rows.sort_unstable();
-        for &r in &rows {
-            let e = t.rows.expert[r as usize];
-            match index.get(e) {
-                Some(i)
-                    if (i as usize) < counts.len()
-                        && counts[i as usize].0 == e
-                        && counts[i as usize].2 == u32::from(layer) =>
-                {
-                    counts[i as usize].1 += 1;
-                }
-                _ => {
-                    index.insert(e, counts.len() as u32);
-                    counts.push((e, 1, u32::from(layer)));
+        for &c in &cells.by_layer[li] {
+            for &r in cells.rows(c) {
+                let e = t.rows.expert[r as usize];
+                match index.get(e) {
+                    Some(i) => {
+                        let entry = &mut counts[i as usize];
+                        entry.1 += 1;
+                        entry.2 = entry.2.min(r);
+                    }
+                    None => {
+                        index.insert(e, counts.len() as u32);
+                        counts.push((e, 1, r));
+                    }
                 }
             }
         }
         let total: u64 = counts.iter().map(|c| c.1).sum();
         let unique = counts.len();
-        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+        counts.sort_by_key(|c| (std::cmp::Reverse(c.1), c.2));
         let shown = py_slice_len(counts.len(), top);
         let top_sum: u64 = counts[..shown].iter().map(|c| c.1).sum();
         let coverage = if total > 0 {
@@ -128,16 +173,17 @@ pub(crate) fn py_slice_len(len: usize, n: i64) -> usize {
 }
 
 /// `reuse`: distance in positions between consecutive uses of an expert at a layer.
-pub fn reuse(out: &mut String, t: &RouteTrace, seq: &[Vec<Vec<u32>>], layers: &[u16]) {
+pub fn reuse(out: &mut String, t: &RouteTrace, seq: &Seq, layers: &[u16]) {
     out.push_str("\n=== reuse distance per (layer, expert), in steps ===\n");
     out.push_str("layer  n_reuse      p50      p90      max never_2nd\n");
     let max_id = max_expert(t);
-    for (li, positions) in seq.iter().enumerate() {
+    for (li, &layer) in layers.iter().enumerate().take(seq.n_layers()) {
+        let positions = seq.layer(li);
         let mut last: ExpertMap<(usize, u32)> = ExpertMap::new(max_id);
         let mut dists: Vec<usize> = Vec::new();
         let mut seen_ids: Vec<u32> = Vec::new();
         for (idx, ids) in positions.iter().enumerate() {
-            for &e in ids {
+            for &e in ids.iter() {
                 match last.get(e) {
                     Some((p, uses)) => {
                         dists.push(idx - p);
@@ -155,7 +201,6 @@ pub fn reuse(out: &mut String, t: &RouteTrace, seq: &[Vec<Vec<u32>>], layers: &[
             .filter(|&&e| last.get(e).is_some_and(|(_, u)| u == 1))
             .count();
         dists.sort_unstable();
-        let layer = layers[li];
         if dists.is_empty() {
             let _ = writeln!(
                 out,
@@ -179,13 +224,6 @@ pub fn reuse(out: &mut String, t: &RouteTrace, seq: &[Vec<Vec<u32>>], layers: &[
     );
 }
 
-fn distinct_sorted(ids: &[u32]) -> Vec<u32> {
-    let mut v = ids.to_vec();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
 fn intersection_len(a: &[u32], b: &[u32]) -> usize {
     let (mut i, mut j, mut n) = (0, 0, 0);
     while i < a.len() && j < b.len() {
@@ -205,7 +243,7 @@ fn intersection_len(a: &[u32], b: &[u32]) -> usize {
 const LAGS: [usize; 4] = [1, 2, 4, 8];
 
 /// `overlap`: share of a position's experts also routed `g` positions earlier.
-pub fn overlap(out: &mut String, seq: &[Vec<Vec<u32>>], layers: &[u16]) {
+pub fn overlap(out: &mut String, seq: &Seq, layers: &[u16]) {
     out.push_str("\n=== routing overlap with earlier steps (mean % of the top-k shared) ===\n");
     out.push_str("layer");
     for g in LAGS {
@@ -213,9 +251,27 @@ pub fn overlap(out: &mut String, seq: &[Vec<Vec<u32>>], layers: &[u16]) {
     }
     out.push('\n');
     let mut pooled: Vec<Vec<f64>> = vec![Vec::new(); LAGS.len()];
-    for (li, positions) in seq.iter().enumerate() {
-        let sets: Vec<Vec<u32>> = positions.iter().map(|ids| distinct_sorted(ids)).collect();
-        let _ = write!(out, "{:5}", layers[li]);
+    for (li, &layer) in layers.iter().enumerate().take(seq.n_layers()) {
+        let positions = seq.layer(li);
+        let mut flat: Vec<u32> = Vec::with_capacity(positions.iter().map(|p| p.len()).sum());
+        let mut bounds = Vec::with_capacity(positions.len() + 1);
+        bounds.push(0usize);
+        for ids in &positions {
+            let from = flat.len();
+            flat.extend_from_slice(ids);
+            flat[from..].sort_unstable();
+            let mut w = from;
+            for r in from..flat.len() {
+                if w == from || flat[w - 1] != flat[r] {
+                    flat[w] = flat[r];
+                    w += 1;
+                }
+            }
+            flat.truncate(w);
+            bounds.push(flat.len());
+        }
+        let sets: Vec<&[u32]> = bounds.windows(2).map(|b| &flat[b[0]..b[1]]).collect();
+        let _ = write!(out, "{layer:5}");
         for (gi, &g) in LAGS.iter().enumerate() {
             let mut vals = Vec::new();
             for i in g..sets.len() {
@@ -223,7 +279,7 @@ pub fn overlap(out: &mut String, seq: &[Vec<Vec<u32>>], layers: &[u16]) {
                     continue;
                 }
                 vals.push(
-                    100.0 * intersection_len(&sets[i], &sets[i - g]) as f64 / sets[i].len() as f64,
+                    100.0 * intersection_len(sets[i], sets[i - g]) as f64 / sets[i].len() as f64,
                 );
             }
             let m = if vals.is_empty() {
@@ -249,8 +305,8 @@ pub fn overlap(out: &mut String, seq: &[Vec<Vec<u32>>], layers: &[u16]) {
 }
 
 /// `workset`: cumulative distinct experts per layer after 1, 2, 5, … positions.
-pub fn workset(out: &mut String, t: &RouteTrace, seq: &[Vec<Vec<u32>>], layers: &[u16]) {
-    let longest = seq.iter().map(Vec::len).max().unwrap_or(0);
+pub fn workset(out: &mut String, t: &RouteTrace, seq: &Seq, layers: &[u16]) {
+    let longest = (0..seq.n_layers()).map(|li| seq.len(li)).max().unwrap_or(0);
     if longest == 0 {
         return;
     }
@@ -269,12 +325,13 @@ pub fn workset(out: &mut String, t: &RouteTrace, seq: &[Vec<Vec<u32>>], layers: 
     out.push('\n');
     let max_id = max_expert(t);
     let mut union_bytes = 0.0f64;
-    for (li, positions) in seq.iter().enumerate() {
+    for (li, &layer) in layers.iter().enumerate().take(seq.n_layers()) {
+        let positions = seq.layer(li);
         let mut seen: ExpertMap<()> = ExpertMap::new(max_id);
         let mut curve = Vec::with_capacity(positions.len());
         let mut distinct = 0u64;
-        for ids in positions {
-            for &e in ids {
+        for ids in &positions {
+            for &e in ids.iter() {
                 if seen.get(e).is_none() {
                     seen.insert(e, ());
                     distinct += 1;
@@ -282,7 +339,7 @@ pub fn workset(out: &mut String, t: &RouteTrace, seq: &[Vec<Vec<u32>>], layers: 
             }
             curve.push(distinct);
         }
-        let _ = write!(out, "{:5} {:7}", layers[li], t.meta.n_expert);
+        let _ = write!(out, "{layer:5} {:7}", t.meta.n_expert);
         for &m in &marks {
             let v = if m <= curve.len() { curve[m - 1] } else { 0 };
             let _ = write!(out, " {v:7}");
@@ -296,7 +353,7 @@ pub fn workset(out: &mut String, t: &RouteTrace, seq: &[Vec<Vec<u32>>], layers: 
         let eb = t
             .meta
             .expert_bytes
-            .get(&i64::from(layers[li]))
+            .get(&i64::from(layer))
             .copied()
             .unwrap_or(0);
         union_bytes += eb as f64 * at_t as f64;
