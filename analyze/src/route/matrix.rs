@@ -142,7 +142,7 @@ pub fn matrix(out: &mut String, t: &RouteTrace, cells: &Cells, opt: &MatrixOptio
             opt.max_steps
         );
     }
-    let w = opt.width.max(14);
+    let w = opt.width.clamp(14, 4096);
     let _ = writeln!(
         out,
         "\n=== step x layer matrix - cells: {}  ('*' = also routed at this layer on the previous step) ===",

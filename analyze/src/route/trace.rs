@@ -517,11 +517,14 @@ impl Parser<'_> {
             n_fields += 1;
         }
         let fields = &fields[..n_fields.min(16)];
-        if n_fields < 9 || n_fields < lay.n_fields.min(9) {
+        let need = lay.idx.iter().max().map_or(9, |&m| m + 1).max(9);
+        if n_fields < need {
             return Err(AnalyzeError::malformed(
                 path,
                 line_no,
-                format!("{n_fields} fields, a route trace row has 9 or 10 (truncated line?)"),
+                format!(
+                    "{n_fields} fields, a route trace row has {need} or more (truncated line?)"
+                ),
             ));
         }
         self.total_rows += 1;
