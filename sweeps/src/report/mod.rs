@@ -85,6 +85,27 @@ pub struct CellRow {
     pub excluded: Vec<String>,
     /// Engine version from the CSV preamble.
     pub engine: Option<String>,
+    /// The runs aggregated.
+    #[serde(skip)]
+    pub used: Vec<RunStats>,
+}
+
+/// `f` over `items` on every available core, results in order.
+fn par_map<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(items.len().max(1));
+    let chunk = items.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|c| s.spawn(|| c.iter().map(&f).collect::<Vec<U>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 /// Everything the renderers need.
@@ -142,24 +163,13 @@ pub fn build(
         seed: analysis.seed,
     };
     let baseline = baseline.or(analysis.baseline);
-    let run_stats: Vec<Option<RunStats>> = records
-        .iter()
-        .map(|r| {
-            if r.status != "ok" {
-                return None;
-            }
-            let t = trim.unwrap_or(r.discard_tokens as usize);
-            stats::run_stats(&root.join(&r.dir).join("metrics.csv"), t).ok()
-        })
-        .collect();
-    let engines: Vec<Option<String>> = records
-        .iter()
-        .map(|r| {
-            bmoe_telemetry::metrics::MetricsReader::open(root.join(&r.dir).join("metrics.csv"))
-                .ok()
-                .and_then(|m| m.run_info().engine.clone())
-        })
-        .collect();
+    let run_stats: Vec<Option<RunStats>> = par_map(&records, |r| {
+        if r.status != "ok" {
+            return None;
+        }
+        let t = trim.unwrap_or(r.discard_tokens as usize);
+        stats::run_stats(&root.join(&r.dir).join("metrics.csv"), t).ok()
+    });
 
     // Cells in order of their first run.
     let mut cells: IndexMap<(String, String), Vec<usize>> = IndexMap::new();
@@ -200,11 +210,21 @@ pub fn build(
             device: first.device.clone(),
             cell: cell.clone(),
             axes: first.axes.clone(),
-            stats: stats::aggregate(&used, boot),
+            stats: stats::CellStats::default(),
+            used: used.iter().map(|u| (*u).clone()).collect(),
             vs_baseline: None,
             excluded,
-            engine: idx.iter().find_map(|&i| engines[i].clone()),
+            engine: idx
+                .iter()
+                .find_map(|&i| run_stats[i].as_ref().and_then(|s| s.engine.clone())),
         });
+    }
+    // The bootstraps dominate: run them on every core.
+    let aggregates = par_map(&rows, |r: &CellRow| {
+        stats::aggregate(&r.used.iter().collect::<Vec<_>>(), boot)
+    });
+    for (r, a) in rows.iter_mut().zip(aggregates) {
+        r.stats = a;
     }
     // Baseline ratios within each (sweep, model).
     if let Some(b) = &baseline {

@@ -49,6 +49,8 @@ pub struct RunStats {
     pub mgmt_s_tok: f64,
     /// Why the run is not a benchmark run (traced, probed, stochastic, speculative).
     pub flag: Option<String>,
+    /// Engine version from the preamble.
+    pub engine: Option<String>,
 }
 
 /// Reads one run's CSV.
@@ -113,6 +115,7 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunStats> {
         stall_s_tok: per(|x| x.stall_ms),
         mgmt_s_tok: per(|x| x.mgmt_ms),
         flag: (!flags.is_empty()).then(|| flags.join(", ")),
+        engine: info.engine.clone(),
     })
 }
 
