@@ -464,10 +464,54 @@ fn shipped_examples_check_clean() {
     for e in std::fs::read_dir(&dir).expect("examples/sweeps").flatten() {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "toml") {
-            let o = bench().arg("sweep").arg(&p).arg("--check").output().expect("run");
+            let o = bench()
+                .arg("sweep")
+                .arg(&p)
+                .arg("--check")
+                .output()
+                .expect("run");
             assert!(o.status.success(), "{}: {}", p.display(), text(&o));
             n += 1;
         }
     }
     assert!(n >= 3, "expected the shipped examples in {}", dir.display());
+}
+
+#[test]
+fn a_run_past_its_timeout_is_killed_and_recorded() {
+    let t = tempfile::tempdir().expect("tmp");
+    fake_engine(t.path(), 20.0);
+    write(
+        t.path(),
+        "slow.toml",
+        r#"
+name = "timeout"
+binary = "./fake-cli"
+[defaults]
+timeout_s = 0.5
+[[model]]
+id = "tiny"
+preset = "tiny"
+[[sweep]]
+name = "s"
+"#,
+    );
+    let start = Instant::now();
+    let o = run(t.path(), &["sweep", "slow.toml", "-o", "res"]);
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "the 20 s engine was not killed"
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    let recs = records(&t.path().join("res"));
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0]["status"], "timeout", "{}", recs[0]);
+    assert_eq!(recs[0]["timed_out"], true);
+    assert!(
+        recs[0]["duration_s"]
+            .as_f64()
+            .is_some_and(|d| (0.5..10.0).contains(&d)),
+        "{}",
+        recs[0]
+    );
 }

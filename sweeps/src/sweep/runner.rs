@@ -814,6 +814,39 @@ impl Tail {
     }
 }
 
+/// SIGKILLs `pid`'s descendants (found through `/proc`), so a timed-out engine cannot leave
+/// helpers behind; the caller kills `pid` itself. (Not a process group: Ctrl-C must keep
+/// reaching the engine through the terminal's foreground group.)
+fn kill_tree(pid: u32) {
+    let mut family = vec![pid];
+    loop {
+        let before = family.len();
+        for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let stat = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u32>().ok());
+            if ppid.is_some_and(|pp| family.contains(&pp)) && !family.contains(&p) {
+                family.push(p);
+            }
+        }
+        if family.len() == before {
+            break;
+        }
+    }
+    for p in family.iter().skip(1) {
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg(p.to_string())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 /// Waits for the child, enforcing the timeout and feeding the progress bar.
 fn wait(
     sh: &Shared<'_>,
@@ -841,6 +874,7 @@ fn wait(
         }
         let elapsed = start.elapsed().as_secs_f64();
         if timeout_s.is_some_and(|t| elapsed >= t) || sh.stop.load(Ordering::Relaxed) {
+            kill_tree(child.id());
             let _ = child.kill();
             let st = child.wait().ok();
             return (st, timeout_s.is_some_and(|t| elapsed >= t));
