@@ -235,6 +235,29 @@ fn other_registry_architectures_stream_identically() {
 }
 
 #[test]
+fn split_prefill_and_sampling_stream_identically() {
+    let m = &models().q4k;
+    // several ubatches per prefill: each is its own graph with its own routing callbacks
+    let (resident, _) = trace(m, &["--ubatch", "4"]);
+    for cfg in [
+        &["--moe-stream", "--ubatch", "4"][..],
+        &["--moe-stream", "--ubatch", "4", "--cache-mb", "1"],
+    ] {
+        let (streamed, _) = trace(m, cfg);
+        assert_eq!(streamed, resident, "{cfg:?}");
+    }
+    // a seeded sampler sees the same logits, so it draws the same tokens
+    let sample = [
+        "--temp", "0.8", "--top-k", "20", "--top-p", "0.9", "--seed", "7",
+    ];
+    let (resident, _) = trace(m, &sample);
+    let mut streamed_args = sample.to_vec();
+    streamed_args.push("--moe-stream");
+    let (streamed, _) = trace(m, &streamed_args);
+    assert_eq!(streamed, resident);
+}
+
+#[test]
 fn poisoning_proves_only_routed_experts_are_read() {
     let m = &models().q8;
     let (resident, _) = trace(m, &[]);
