@@ -295,8 +295,17 @@ fn cgroup_writable() -> Result<(), String> {
     };
     let probe = Path::new(base).join(format!("bmoe-bench-probe-{}", std::process::id()));
     std::fs::create_dir(&probe).map_err(|e| format!("{base} is not writable: {e}"))?;
+    // v2 only offers memory.max where the parent delegates the memory controller.
+    let has_limit =
+        probe.join("memory.limit_in_bytes").is_file() || probe.join("memory.max").is_file();
     let _ = std::fs::remove_dir(&probe);
-    Ok(())
+    if has_limit {
+        Ok(())
+    } else {
+        Err(format!(
+            "the memory controller is not enabled for children of {base}"
+        ))
+    }
 }
 
 #[test]
