@@ -524,3 +524,52 @@ name = "s"
         recs[0]
     );
 }
+
+#[test]
+fn session_cells_feed_requests_on_stdin() {
+    let t = tempfile::tempdir().expect("tmp");
+    fake_engine(t.path(), 0.0);
+    write(
+        t.path(),
+        "prompts.txt",
+        "What is 17 times 23?\n\nName the capital of Australia.\n",
+    );
+    write(
+        t.path(),
+        "session.toml",
+        r#"
+name = "session"
+binary = "./fake-cli"
+[[model]]
+id = "tiny"
+preset = "tiny"
+[[sweep]]
+name = "q"
+prompt = "ignored in session mode"
+session = { prompts = "prompts.txt", n_predict = 3 }
+"#,
+    );
+    let o = run(t.path(), &["sweep", "session.toml", "-o", "res"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let stdout =
+        std::fs::read_to_string(t.path().join("res/q/tiny/r1/stdout.txt")).expect("stdout");
+    assert!(
+        stdout.contains("arg: --session") && !stdout.contains("arg: -p"),
+        "{stdout}"
+    );
+    let reqs: Vec<serde_json::Value> = stdout
+        .split_once("stdin:\n")
+        .expect("stdin echoed")
+        .1
+        .lines()
+        .take_while(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("request"))
+        .collect();
+    assert_eq!(reqs.len(), 2, "{stdout}");
+    assert_eq!(reqs[1]["cmd"], "generate");
+    assert_eq!(reqs[1]["id"], 2);
+    assert_eq!(reqs[1]["prompt"], "Name the capital of Australia.");
+    assert_eq!(reqs[1]["n_predict"], 3);
+    assert_eq!(reqs[1]["clear_kv"], true);
+    assert_eq!(records(&t.path().join("res"))[0]["session"], true);
+}

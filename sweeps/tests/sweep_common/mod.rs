@@ -43,7 +43,8 @@ pub fn fake_engine(dir: &Path, sleep_s: f64) -> PathBuf {
     let script = format!(
         r##"#!/bin/sh
 csv=""; n=8
-for a in "$@"; do echo "arg: $a"; done
+for a in "$@"; do echo "arg: $a"; if [ "$a" = "--session" ]; then session=1; fi; done
+if [ -n "$session" ]; then echo "stdin:"; cat; fi
 while [ $# -gt 0 ]; do case "$1" in --csv) csv=$2; shift;; -n) n=$2; shift;; esac; shift; done
 echo "call $$" >> '{log}'
 sleep {sleep_s}
