@@ -120,7 +120,8 @@ pub fn run(args: &SweepArgs) -> Result<()> {
     let (plan, text) = load(&args.manifest)?;
     if args.check || args.dry_run {
         let warm = plan.runs.iter().filter(|r| r.warmup).count();
-        let sweeps: std::collections::BTreeSet<&str> = plan.cells.iter().map(|c| c.sweep.as_str()).collect();
+        let sweeps: std::collections::BTreeSet<&str> =
+            plan.cells.iter().map(|c| c.sweep.as_str()).collect();
         let mut out = format!(
             "{}: ok — {} sweep(s), {} device(s), {} cell(s), {} run(s) ({} warm-up)\n",
             args.manifest.display(),
@@ -135,8 +136,18 @@ pub fn run(args: &SweepArgs) -> Result<()> {
                 let c = &plan.cells[r.cell];
                 let mut words = vec![c.binary.clone(), "-m".into(), format!("<{}>", c.model)];
                 words.extend(c.args.iter().cloned());
-                let mem = c.mem_limit.map_or(String::new(), |b| format!(" [mem_limit {} MiB]", b >> 20));
-                out.push_str(&format!("{:>4} {} {}/{}/{}{mem}: {}\n", i + 1, c.device, c.sweep, c.tag, r.rep, device::shell_join(&words)));
+                let mem = c
+                    .mem_limit
+                    .map_or(String::new(), |b| format!(" [mem_limit {} MiB]", b >> 20));
+                out.push_str(&format!(
+                    "{:>4} {} {}/{}/{}{mem}: {}\n",
+                    i + 1,
+                    c.device,
+                    c.sweep,
+                    c.tag,
+                    r.rep,
+                    device::shell_join(&words)
+                ));
             }
         }
         return emit(&out);
