@@ -118,7 +118,8 @@ pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
     };
     let mut out = String::new();
     header(&mut out, t, opt.filter.phase);
-    for v in views {
+    let one = |v: View| -> Result<String> {
+        let mut out = String::new();
         match v {
             View::Matrix => {
                 if !matrix::matrix(&mut out, t, &cells, &opt.matrix) {
@@ -141,6 +142,37 @@ pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
             View::Sanity => views::sanity(&mut out, t, &cells),
             View::Default | View::All => {}
         }
+        Ok(out)
+    };
+    // The views are independent: on big traces, render them on two threads (odd/even) and join
+    // the texts in view order.
+    let parts: Vec<Result<String>> = if views.len() > 1 && t.rows.len() >= 1_000_000 {
+        std::thread::scope(|scope| {
+            let odd: Vec<View> = views.iter().copied().skip(1).step_by(2).collect();
+            let helper = scope.spawn(|| odd.into_iter().map(one).collect::<Vec<_>>());
+            let even: Vec<Result<String>> = views.iter().copied().step_by(2).map(one).collect();
+            let odd = helper.join().unwrap_or_default();
+            let mut merged = Vec::with_capacity(views.len());
+            let mut odd = odd.into_iter();
+            for e in even {
+                merged.push(e);
+                if let Some(o) = odd.next() {
+                    merged.push(o);
+                }
+            }
+            merged
+        })
+    } else {
+        views.iter().copied().map(one).collect()
+    };
+    if parts.len() != views.len() {
+        return Err(AnalyzeError::Invalid {
+            message: "a view thread failed".into(),
+            hint: "re-run; report a bug".into(),
+        });
+    }
+    for part in parts {
+        out.push_str(&part?);
     }
     Ok(out)
 }

@@ -143,6 +143,7 @@ const COLUMNS: [&str; 9] = [
     "expert_bytes",
 ];
 
+#[derive(Debug, Clone, Copy)]
 struct Layout {
     idx: [usize; 9],
     dropped: Option<usize>,
@@ -282,73 +283,82 @@ impl RouteTrace {
         Ok(meta)
     }
 
-    /// Read `path`, keeping rows that pass `filter`.
+    /// Read `path`, keeping rows that pass `filter`. Files of 32 MiB or more are parsed by two
+    /// threads, one per half.
     pub fn read(path: &Path, filter: RouteFilter) -> Result<Self> {
+        Self::read_split(path, filter, 32 << 20)
+    }
+
+    /// [`Self::read`] with an explicit size from which the file is parsed in two halves.
+    pub fn read_split(path: &Path, filter: RouteFilter, split_at: u64) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(|e| AnalyzeError::io(path, e))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        Self::parse(path, file, filter, size)
+        if size >= split_at.max(2)
+            && let Some((split, layout)) = split_point(path, size)?
+        {
+            return Self::parse_halves(path, filter, size, split, layout);
+        }
+        let p = Parser::new(path, filter, size);
+        Self::finish(path, run_parser(path, file, p)?)
     }
 
     /// Read a route trace from any reader; `path` is used in messages only.
     pub fn from_reader(path: &Path, reader: impl Read, filter: RouteFilter) -> Result<Self> {
-        Self::parse(path, reader, filter, 0)
+        Self::finish(
+            path,
+            run_parser(path, reader, Parser::new(path, filter, 0))?,
+        )
     }
 
-    fn parse(
+    fn parse_halves(
         path: &Path,
-        mut reader: impl Read,
         filter: RouteFilter,
-        size_hint: u64,
+        size: u64,
+        split: u64,
+        layout: Option<Layout>,
     ) -> Result<Self> {
-        let mut p = Parser {
-            path,
-            filter,
-            meta: RouteMeta {
-                model: "?".into(),
-                arch: "?".into(),
-                ..RouteMeta::default()
+        let open = || std::fs::File::open(path).map_err(|e| AnalyzeError::io(path, e));
+        let first = open()?;
+        let mut second = open()?;
+        std::io::Seek::seek(&mut second, std::io::SeekFrom::Start(split))
+            .map_err(|e| AnalyzeError::io(path, e))?;
+        let (a, b) = std::thread::scope(|scope| {
+            let hb = scope.spawn(|| {
+                let mut p = Parser::new(path, filter, size - split);
+                p.layout = layout;
+                p.deferred_meta = Some(Vec::new());
+                run_parser(path, second, p)
+            });
+            let a = run_parser(path, first.take(split), Parser::new(path, filter, size));
+            let b = hb.join().unwrap_or_else(|_| {
+                Err(AnalyzeError::Invalid {
+                    message: "reader thread failed".into(),
+                    hint: "re-run; report a bug".into(),
+                })
+            });
+            (a, b)
+        });
+        let mut a = a?;
+        // Line numbers of the second half start after the first half's lines.
+        let offset = a.line_no;
+        let mut b = b.map_err(|e| match e {
+            AnalyzeError::Malformed { path, line, what } => AnalyzeError::Malformed {
+                path,
+                line: line + offset,
+                what,
             },
-            rows: RouteRows::default(),
-            layout: None,
-            n_dropped: 0,
-            total_rows: 0,
-            line_no: 0,
-            reserved: false,
-            size_hint,
-        };
-        // Big chunks, lines split in place: no per-line copy or allocation.
-        let mut buf = vec![0u8; 4 << 20];
-        let mut filled = 0usize;
-        loop {
-            let n = loop {
-                match reader.read(&mut buf[filled..]) {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(AnalyzeError::io(path, e)),
-                }
-            };
-            filled += n;
-            let mut pos = 0usize;
-            while let Some(nl) = buf[pos..filled].iter().position(|&b| b == b'\n') {
-                p.line(&buf[pos..pos + nl])?;
-                pos += nl + 1;
-            }
-            if n == 0 {
-                if pos < filled {
-                    p.line(&buf[pos..filled])?;
-                }
-                break;
-            }
-            if !p.reserved && p.line_no > 100 && pos > 0 {
-                p.reserve(pos);
-            }
-            buf.copy_within(pos..filled, 0);
-            filled -= pos;
-            if filled == buf.len() {
-                // A line longer than the buffer: grow it.
-                buf.resize(buf.len() * 2, 0);
-            }
+            other => other,
+        })?;
+        for (line, text) in b.deferred_meta.take().unwrap_or_default() {
+            parse_meta_line(path, line + offset, &text, &mut a.meta)?;
         }
+        a.rows.append(&mut b.rows);
+        a.n_dropped += b.n_dropped;
+        a.total_rows += b.total_rows;
+        Self::finish(path, a)
+    }
+
+    fn finish(path: &Path, p: Parser<'_>) -> Result<Self> {
         let Parser {
             meta,
             mut rows,
@@ -372,6 +382,77 @@ impl RouteTrace {
     }
 }
 
+/// Where to cut a big file in two (just after a newline near the middle), and the header layout
+/// the second half must use. `None` when no cut is possible.
+fn split_point(path: &Path, size: u64) -> Result<Option<(u64, Option<Layout>)>> {
+    let file = std::fs::File::open(path).map_err(|e| AnalyzeError::io(path, e))?;
+    let mut layout = None;
+    for (i, line) in BufReader::new(file).split(b'\n').enumerate() {
+        let line = line.map_err(|e| AnalyzeError::io(path, e))?;
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        if line.first() == Some(&b'#') || line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if line.starts_with(b"turn,") {
+            layout = Some(Layout::from_header(
+                path,
+                i + 1,
+                &String::from_utf8_lossy(line),
+            )?);
+        }
+        break;
+    }
+    let mut file = std::fs::File::open(path).map_err(|e| AnalyzeError::io(path, e))?;
+    let mid = size / 2;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(mid))
+        .map_err(|e| AnalyzeError::io(path, e))?;
+    let mut window = vec![0u8; 1 << 20];
+    let n = file
+        .read(&mut window)
+        .map_err(|e| AnalyzeError::io(path, e))?;
+    Ok(window[..n]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| (mid + i as u64 + 1, layout)))
+}
+
+/// Feed every line of `reader` to `p`, in big chunks split in place (no per-line copy).
+fn run_parser<'a>(path: &Path, mut reader: impl Read, mut p: Parser<'a>) -> Result<Parser<'a>> {
+    let mut buf = vec![0u8; 4 << 20];
+    let mut filled = 0usize;
+    loop {
+        let n = loop {
+            match reader.read(&mut buf[filled..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(AnalyzeError::io(path, e)),
+            }
+        };
+        filled += n;
+        let mut pos = 0usize;
+        while let Some(nl) = buf[pos..filled].iter().position(|&b| b == b'\n') {
+            p.line(&buf[pos..pos + nl])?;
+            pos += nl + 1;
+        }
+        if n == 0 {
+            if pos < filled {
+                p.line(&buf[pos..filled])?;
+            }
+            break;
+        }
+        if !p.reserved && p.line_no > 100 && pos > 0 {
+            p.reserve(pos);
+        }
+        buf.copy_within(pos..filled, 0);
+        filled -= pos;
+        if filled == buf.len() {
+            // A line longer than the buffer: grow it.
+            buf.resize(buf.len() * 2, 0);
+        }
+    }
+    Ok(p)
+}
+
 struct Parser<'a> {
     path: &'a Path,
     filter: RouteFilter,
@@ -383,6 +464,31 @@ struct Parser<'a> {
     line_no: usize,
     reserved: bool,
     size_hint: u64,
+    /// Second half of a split parse: `#` lines are kept (line, text) and applied after the
+    /// first half's, so later keys still win.
+    deferred_meta: Option<Vec<(usize, String)>>,
+}
+
+impl<'a> Parser<'a> {
+    fn new(path: &'a Path, filter: RouteFilter, size_hint: u64) -> Self {
+        Self {
+            path,
+            filter,
+            meta: RouteMeta {
+                model: "?".into(),
+                arch: "?".into(),
+                ..RouteMeta::default()
+            },
+            rows: RouteRows::default(),
+            layout: None,
+            n_dropped: 0,
+            total_rows: 0,
+            line_no: 0,
+            reserved: false,
+            size_hint,
+            deferred_meta: None,
+        }
+    }
 }
 
 /// Digits-only fast path; anything else goes through the lenient parser.
@@ -461,6 +567,19 @@ impl RouteRows {
         self.bytes.reserve_exact(n);
     }
 
+    fn append(&mut self, other: &mut RouteRows) {
+        self.turn.append(&mut other.turn);
+        self.phase.append(&mut other.phase);
+        self.dropped.append(&mut other.dropped);
+        self.step.append(&mut other.step);
+        self.layer.append(&mut other.layer);
+        self.slot.append(&mut other.slot);
+        self.expert.append(&mut other.expert);
+        self.weight.append(&mut other.weight);
+        self.residency.append(&mut other.residency);
+        self.bytes.append(&mut other.bytes);
+    }
+
     fn shrink_to_fit(&mut self) {
         self.turn.shrink_to_fit();
         self.phase.shrink_to_fit();
@@ -497,6 +616,10 @@ impl Parser<'_> {
         }
         if line.first() == Some(&b'#') {
             let text = String::from_utf8_lossy(line);
+            if let Some(deferred) = self.deferred_meta.as_mut() {
+                deferred.push((line_no, text.into_owned()));
+                return Ok(());
+            }
             return parse_meta_line(path, line_no, &text, &mut self.meta);
         }
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -662,6 +785,52 @@ turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n\
         for text in ["1e-05", "nan", "", ".", "1.2.3", "0.12345678901234567"] {
             assert_eq!(fast_decimal(text.as_bytes()), None, "{text}");
         }
+    }
+
+    #[test]
+    fn split_parse_equals_single_thread_parse() {
+        let dir = std::env::temp_dir().join(format!("bmoe-analyze-split-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("t.csv");
+        let mut text = SMALL.to_string();
+        for s in 6..400 {
+            text.push_str(&format!(
+                "0,1,{s},0,0,{},0.6,1,0\n0,1,{s},0,1,{},0.4,0,1048576\n",
+                s % 8,
+                (s + 3) % 8
+            ));
+            if s == 300 {
+                text.push_str("# layer=1 expert_bytes=7 dense_bytes=8\n");
+            }
+        }
+        std::fs::write(&path, &text).expect("write");
+        let filter = RouteFilter {
+            turn: None,
+            phase: Phase::All,
+            all_columns: true,
+        };
+        let one = RouteTrace::read_split(&path, filter, u64::MAX).expect("single");
+        let two = RouteTrace::read_split(&path, filter, 1).expect("split");
+        assert_eq!(one.rows.expert, two.rows.expert);
+        assert_eq!(one.rows.step, two.rows.step);
+        assert_eq!(one.rows.bytes, two.rows.bytes);
+        assert_eq!(one.meta.expert_bytes, two.meta.expert_bytes);
+        assert_eq!(
+            two.meta.expert_bytes.get(&1),
+            Some(&7),
+            "a late preamble line still wins"
+        );
+        assert_eq!(one.total_rows, two.total_rows);
+        let bad = text.replace("0,1,350,0,0,6,0.6,1,0", "0,1,350,0,0,x,0.6,1,0");
+        std::fs::write(&path, &bad).expect("write");
+        let e1 = RouteTrace::read_split(&path, filter, u64::MAX)
+            .expect_err("bad")
+            .to_string();
+        let e2 = RouteTrace::read_split(&path, filter, 1)
+            .expect_err("bad")
+            .to_string();
+        assert_eq!(e1, e2, "the second half reports file line numbers");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
