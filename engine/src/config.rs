@@ -29,8 +29,8 @@ pub struct Cli {
         value_name = "N"
     )]
     pub n_predict: i64,
-    /// Compute threads
-    #[arg(short = 't', long = "threads", default_value_t = 4, value_name = "N")]
+    /// Compute threads (the default is 4, capped at the number of CPUs)
+    #[arg(short = 't', long = "threads", default_value_t = default_threads(), value_name = "N")]
     pub threads: i64,
     /// Context size in tokens (the prompt is prefilled as one batch of up to this size)
     #[arg(
@@ -443,6 +443,13 @@ impl Cli {
     }
 }
 
+/// The original's default of 4 compute threads, capped at the CPUs this process may use: more
+/// threads than cores makes every ggml barrier wait for a descheduled thread.
+pub fn default_threads() -> i64 {
+    let cpus = std::thread::available_parallelism().map_or(4, usize::from);
+    cpus.clamp(1, 4) as i64
+}
+
 fn positive(flag: &str, v: i64, hint: &str) -> Result<(), ConfigError> {
     if v > 0 {
         Ok(())
@@ -465,7 +472,8 @@ mod tests {
     fn defaults_resolve() {
         let c = parse(&["-m", "x.gguf"]).unwrap();
         assert_eq!(c.n_predict, 128);
-        assert_eq!(c.threads, 4);
+        assert_eq!(c.threads as i64, default_threads());
+        assert!((1..=4).contains(&c.threads));
         assert_eq!((c.n_ctx, c.n_batch, c.n_ubatch), (2048, 2048, 2048));
         assert_eq!(c.sampling, Sampling::Greedy);
         assert_eq!(c.stream, None);
