@@ -8,7 +8,8 @@
 #   OUT_DIR  default bench-data/$(date +%F)-engine-memory
 # env: BIN (bmoe-cli to use; default: the debug build in $CARGO_TARGET_DIR, llama.cpp is -O3
 #      there), N (tokens per run, default 16), THREADS (default 2), LIMIT_GIB (default 8),
-#      CACHE_MB (fixed cache for the mmap/anon pair, default 2048), FEED_SEED (default 42)
+#      CACHE_MB (fixed cache for the mmap/anon pair, default 2048), FEED_SEED (default 42),
+#      RUNS (subset to (re)run, default "dense-mmap dense-anon auto-anon"; the table covers all)
 # Needs root for the memory cgroup (v1 /sys/fs/cgroup/memory or v2 /sys/fs/cgroup). The page
 # cache is NOT dropped system-wide (other work shares this machine): each run starts from
 # whatever the previous one left, and the order (mmap, anon, auto) is printed with the results.
@@ -22,6 +23,7 @@ THREADS="${THREADS:-2}"
 LIMIT_GIB="${LIMIT_GIB:-8}"
 CACHE_MB="${CACHE_MB:-2048}"
 FEED_SEED="${FEED_SEED:-42}"
+RUNS="${RUNS:-dense-mmap dense-anon auto-anon}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/targets/engine}"
 
 say() { printf 'bench-engine-memory: %s\n' "$*" >&2; }
@@ -55,7 +57,7 @@ mkdir -p "$OUT/raw"
   echo "engine=$("$BIN" --version) threads=$THREADS n=$N feed=random:$FEED_SEED limit_gib=$LIMIT_GIB cache_mb=$CACHE_MB"
   echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) nproc=$(nproc)"
   echo "mem_total_kib=$(awk '/MemTotal/{print $2}' /proc/meminfo)"
-} > "$OUT/raw/env.txt"
+} >> "$OUT/raw/env.txt"
 
 run() { # label, flags...
   local label="$1"; shift
@@ -65,9 +67,14 @@ run() { # label, flags...
     > "$OUT/raw/$label.out" 2> "$OUT/raw/$label.err" || say "$label failed (exit $?; see $OUT/raw/$label.err)"
 }
 
-run dense-mmap --cache-mb "$CACHE_MB" --dense-weights mmap
-run dense-anon --cache-mb "$CACHE_MB" --dense-weights anon
-run auto-anon --cache-mb auto --dense-weights anon
+for r in $RUNS; do
+  case "$r" in
+    dense-mmap) run dense-mmap --cache-mb "$CACHE_MB" --dense-weights mmap ;;
+    dense-anon) run dense-anon --cache-mb "$CACHE_MB" --dense-weights anon ;;
+    auto-anon) run auto-anon --cache-mb auto --dense-weights anon ;;
+    *) echo "error: unknown run '$r'" >&2; echo "hint: RUNS is a subset of: dense-mmap dense-anon auto-anon" >&2; exit 1 ;;
+  esac
+done
 
 # one line per run from its own CSV: resolved cache, tok/s, majflt/tok, mean dense_resident_frac,
 # mean rss_file/rss_anon MiB, read MiB/token

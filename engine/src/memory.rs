@@ -60,14 +60,15 @@ pub struct CgroupMemory {
     pub limit: Option<u64>,
     /// Current usage of this cgroup (bytes), page cache included.
     pub usage: u64,
-    /// Inactive file pages inside `usage`: page cache the kernel drops before it would
-    /// OOM-kill anything (`memory.stat` `total_inactive_file` / `inactive_file`).
+    /// File pages inside `usage` (`memory.stat` active + inactive file): page cache — for us
+    /// mostly the model's own mapping — that the kernel reclaims before it would OOM-kill
+    /// anything. A cgroup fills up to its limit with it, so `limit − usage` alone reads ~0.
     pub reclaimable: u64,
 }
 
 impl CgroupMemory {
-    /// Bytes left before the limit, counting inactive page cache as free (it is reclaimed on
-    /// demand), `None` when unlimited.
+    /// Bytes left before the limit, counting file-backed page cache as free (it is reclaimed
+    /// on demand), `None` when unlimited.
     pub fn headroom(&self) -> Option<u64> {
         let used = self.usage.saturating_sub(self.reclaimable);
         self.limit.map(|l| l.saturating_sub(used))
@@ -194,13 +195,13 @@ pub fn cgroup_at(version: CgroupVersion, root: &Path, rel: &str) -> Option<Cgrou
         CgroupVersion::V2 => ("memory.max", "memory.current"),
     };
     let usage = read_trimmed(&dir.join(usage_file))?.parse().ok()?;
-    let stat_key = match version {
-        CgroupVersion::V1 => "total_inactive_file",
-        CgroupVersion::V2 => "inactive_file",
+    let keys: [&str; 2] = match version {
+        CgroupVersion::V1 => ["total_active_file", "total_inactive_file"],
+        CgroupVersion::V2 => ["active_file", "inactive_file"],
     };
     let reclaimable = fs::read_to_string(dir.join("memory.stat"))
         .ok()
-        .and_then(|t| stat_field(&t, stat_key))
+        .map(|t| keys.iter().filter_map(|k| stat_field(&t, k)).sum::<u64>())
         .unwrap_or(0)
         .min(usage);
     let mut limit: Option<u64> = None;
@@ -306,11 +307,15 @@ mod tests {
         fs::write(root.path().join("memory.max"), "max\n").unwrap();
         fs::write(parent.join("memory.max"), "1048576\n").unwrap();
         fs::write(child.join("memory.max"), "max\n").unwrap();
-        fs::write(child.join("memory.current"), "12288\n").unwrap();
-        fs::write(child.join("memory.stat"), "anon 4096\ninactive_file 8192\n").unwrap();
+        fs::write(child.join("memory.current"), "16384\n").unwrap();
+        fs::write(
+            child.join("memory.stat"),
+            "anon 4096\nactive_file 4096\ninactive_file 8192\n",
+        )
+        .unwrap();
         let cg = cgroup_at(CgroupVersion::V2, root.path(), "/a/b").unwrap();
         assert_eq!(cg.limit, Some(1_048_576));
-        assert_eq!((cg.usage, cg.reclaimable), (12288, 8192));
+        assert_eq!((cg.usage, cg.reclaimable), (16384, 12288));
         assert_eq!(cg.headroom(), Some(1_048_576 - 4096));
         // no usage file → not a cgroup we can read
         assert_eq!(cgroup_at(CgroupVersion::V1, root.path(), "/a"), None);
