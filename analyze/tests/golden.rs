@@ -260,6 +260,9 @@ fn golden_reference_outputs() {
         failed.len(),
         skipped.len()
     );
+    for s in &passed {
+        eprintln!("  passed {s}");
+    }
     for s in &skipped {
         eprintln!("  skipped {s}");
     }
