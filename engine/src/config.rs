@@ -84,6 +84,10 @@ pub struct Cli {
     /// Per-token metrics CSV (`# bmoe_metrics v2`), flushed per row
     #[arg(long = "csv", value_name = "PATH")]
     pub csv: Option<PathBuf>,
+    /// Route trace (`# route_trace v1`): one row per routed expert, flushed per decode
+    /// (a diagnostic: it slows the run; needs --moe-stream)
+    #[arg(long = "route-trace", value_name = "PATH")]
+    pub route_trace: Option<PathBuf>,
     /// Render the prompt with the model's own chat template (tokenizer.chat_template)
     #[arg(long = "chatml")]
     pub chatml: bool,
@@ -231,6 +235,8 @@ pub struct RunConfig {
     pub poison: Option<Poison>,
     /// `--csv` path.
     pub csv: Option<PathBuf>,
+    /// `--route-trace` path.
+    pub route_trace: Option<PathBuf>,
     /// `--chatml`.
     pub chatml: bool,
     /// Thinking allowed (`--no-think` clears it).
@@ -436,6 +442,7 @@ impl Cli {
             dump_logits_hash: self.dump_logits_hash,
             poison,
             csv: self.csv.clone(),
+            route_trace: self.route_trace.clone(),
             chatml: self.chatml,
             think: !self.no_think,
             dense_weights,

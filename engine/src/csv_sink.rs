@@ -246,7 +246,14 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
         spec_draft_max: Some(0),
         mtp_p_min: Some(0.0),
         ngram_min_match: Some(0),
-        extra: cgroup_keys(crate::memory::cgroup_memory().as_ref()),
+        extra: {
+            let mut m = cgroup_keys(crate::memory::cgroup_memory().as_ref());
+            // a traced run is a diagnostic, not a benchmark: say so where the numbers are
+            if r.moe_stream && cfg.route_trace.is_some() {
+                m.insert("route_trace", "1");
+            }
+            m
+        },
     }
 }
 

@@ -3,8 +3,9 @@
 
 use crate::ffi::{EvalHook, Node, WeightRef};
 use crate::registry::Recipe;
-use crate::stream::Streamer;
+use crate::route_trace::{RouteTracer, weight_node_layer};
 use crate::stream::io::ReadError;
+use crate::stream::{Routing, Streamer};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -36,6 +37,8 @@ pub struct MoeHook {
     abort: Arc<AtomicBool>,
     error: Option<ReadError>,
     topk_calls: u64,
+    route_trace: Option<RouteTracer>,
+    routing: Vec<Routing>,
 }
 
 impl MoeHook {
@@ -48,6 +51,8 @@ impl MoeHook {
             abort,
             error: None,
             topk_calls: 0,
+            route_trace: None,
+            routing: Vec::new(),
         }
     }
 
@@ -83,6 +88,21 @@ impl MoeHook {
         }
     }
 
+    /// Records every routing into `t` from now on (asks the graph for the weight nodes too).
+    pub fn trace_routes(&mut self, t: RouteTracer) {
+        self.route_trace = Some(t);
+    }
+
+    /// The route tracer, when tracing.
+    pub fn route_trace_mut(&mut self) -> Option<&mut RouteTracer> {
+        self.route_trace.as_mut()
+    }
+
+    /// Stops route tracing (after a write error), dropping the tracer.
+    pub fn stop_route_trace(&mut self) {
+        self.route_trace = None;
+    }
+
     /// The read failure that aborted a decode, if any.
     pub fn take_error(&mut self) -> Option<ReadError> {
         self.error.take()
@@ -110,7 +130,9 @@ impl EvalHook for MoeHook {
             }
             Phase::Stream(_) => {
                 let name = node.name();
-                name.starts_with("ffn_moe_") && layer_of(name, TOPK_NODE).is_some()
+                name.starts_with("ffn_moe_")
+                    && (layer_of(name, TOPK_NODE).is_some()
+                        || (self.route_trace.is_some() && weight_node_layer(name).is_some()))
             }
             Phase::Idle => false,
         }
@@ -124,13 +146,23 @@ impl EvalHook for MoeHook {
             return;
         }
         let Some(il) = layer_of(node.name(), TOPK_NODE) else {
+            if let (Some(t), Some(il)) = (self.route_trace.as_mut(), weight_node_layer(node.name()))
+                && let Some(w) = node.f32_values()
+            {
+                t.weights(il, w);
+            }
             return;
         };
         self.topk_calls += 1;
         let Some(ids) = node.expert_ids() else { return };
-        if let Err(e) = streamer.load_layer(il, &ids) {
+        let trace = self.route_trace.is_some().then_some(&mut self.routing);
+        if let Err(e) = streamer.load_layer(il, &ids, trace) {
             self.error = Some(e);
             self.abort.store(true, Ordering::SeqCst);
+            return;
+        }
+        if let Some(t) = self.route_trace.as_mut() {
+            t.route(il, &ids, &self.routing);
         }
     }
 }

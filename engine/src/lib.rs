@@ -19,6 +19,7 @@ pub mod memory;
 pub mod registry;
 pub mod report;
 pub mod residency;
+pub mod route_trace;
 pub mod run;
 pub mod stream;
 pub mod text;

@@ -14,13 +14,16 @@ use crate::report::{
     progress_line_deltas, summary_lines,
 };
 use crate::residency::{DenseProbe, dense_probe_pages};
+use crate::route_trace::{DecodeSpan, RouteTracer, trace_info};
 use crate::stream::layout::{FilePlace, ModelIndex, bind};
 use crate::stream::{StreamSettings, StreamStats, Streamer};
 use crate::text::Utf8Stream;
 use crate::vm::{process_sample, system_page_size};
+use bmoe_gguf::info::ModelInfo;
 use bmoe_gguf::{GgufError, GgufModel};
 use bmoe_telemetry::deltas::DeltaEncoder;
 use bmoe_telemetry::summary::{ANSWER_BANNER, PERF_BANNER};
+use bmoe_telemetry::trace::RouteTraceInfo;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -403,12 +406,30 @@ pub fn run(
             cycle as f64 / (1024.0 * 1024.0)
         );
         hook.stream_with(streamer);
+        if let Some(path) = &cfg.route_trace {
+            let info = route_trace_info(cfg, top_k as u64)?;
+            match RouteTracer::create(path, &info) {
+                Ok(t) => hook.trace_routes(t),
+                Err(e) => {
+                    return Err(fail(
+                        e,
+                        "check that the --route-trace folder exists and is writable",
+                    ));
+                }
+            }
+        }
         ctx.clear_memory();
         resolved.moe_stream = true;
         resolved.cache_mb = cache_mb;
         resolved.cache_cycle_bytes = cycle;
         resolved.o_direct = setup.o_direct;
         resolved.io_threads = setup.lanes as u64;
+    }
+    if cfg.stream.is_none() && cfg.route_trace.is_some() {
+        let _ = writeln!(
+            note,
+            "bmoe: warning: --route-trace needs --moe-stream (without streaming there is no routing to observe) — no route trace will be written"
+        );
     }
     let load_s = t_load.elapsed().as_secs_f64();
     let setup = Setup {
@@ -420,6 +441,41 @@ pub fn run(
         _dense_arena: dense_arena,
     };
     generate(cfg, &mut ctx, setup, out, note)
+}
+
+/// The route trace preamble from the model file.
+fn route_trace_info(cfg: &RunConfig, n_expert_used: u64) -> Result<RouteTraceInfo, EngineError> {
+    let hint = "run without --route-trace, or check the model file";
+    let model = GgufModel::open(&cfg.model).map_err(|e| fail(e.to_string(), hint))?;
+    let info = ModelInfo::from_model(&model).map_err(|e| fail(e.to_string(), hint))?;
+    Ok(trace_info(
+        &cfg.model.display().to_string(),
+        &info,
+        n_expert_used,
+    ))
+}
+
+/// Tells the route tracer (if any) which decode the next routings belong to.
+fn begin_trace(ctx: &mut Context<'_, MoeHook>, turn: u32, prefill: bool, pos0: i64, n: usize) {
+    if let Some(t) = ctx.hook_mut().and_then(MoeHook::route_trace_mut) {
+        t.begin_decode(DecodeSpan {
+            turn,
+            prefill,
+            pos0,
+            n_tokens: n,
+        });
+    }
+}
+
+/// Writes the decode's last cell and flushes; a write error stops the trace with a warning.
+fn end_trace(ctx: &mut Context<'_, MoeHook>, note: &mut dyn Write) {
+    let Some(hook) = ctx.hook_mut() else { return };
+    if let Some(t) = hook.route_trace_mut()
+        && let Err(e) = t.end_decode()
+    {
+        let _ = writeln!(note, "bmoe: warning: {e} — the route trace stops here");
+        hook.stop_route_trace();
+    }
 }
 
 /// What `run` settled on at load, handed to the generation.
@@ -523,9 +579,11 @@ fn generate(
     let pre_proc = process_sample();
     let t_prefill = Instant::now();
     let n_prompt = prompt.len();
+    begin_trace(ctx, 0, true, 0, n_prompt);
     if let Err(e) = ctx.decode(&mut prompt) {
         return Err(decode_error(e, ctx.hook_mut(), "prefill decode"));
     }
+    end_trace(ctx, note);
     let prefill_s = t_prefill.elapsed().as_secs_f64();
     let post_proc = process_sample();
     let mut tctx = TrailerContext {
@@ -598,9 +656,11 @@ fn generate(
         let t0 = Instant::now();
         let loop_overhead_ms = (t0 - last_end).as_secs_f64() * 1e3;
         let mut batch = [tok];
+        begin_trace(ctx, 0, false, (n_prompt + step - 1) as i64, 1);
         let r = ctx.decode(&mut batch);
         let wall = t0.elapsed();
         last_end = Instant::now();
+        end_trace(ctx, note);
         let p1 = process_sample();
         if let Err(e) = r {
             return Err(decode_error(e, ctx.hook_mut(), "generation decode"));

@@ -97,6 +97,37 @@ impl<'a> Node<'a> {
     }
 }
 
+impl Node<'_> {
+    /// The values of a 2-D or 3-D F32 node whose rows are the routing's slots
+    /// (`[k, n_tokens]`, or `[1, k, n_tokens]` as `ffn_moe_weights-<il>` is), token-major,
+    /// read with the node's strides. `None` for other shapes or types.
+    pub fn f32_values(&self) -> Option<Vec<f32>> {
+        let t = self.t;
+        if t.type_ != ll::GGML_TYPE_F32 || t.data.is_null() || t.ne[3] != 1 {
+            return None;
+        }
+        let (k, n, sk, sn) = if t.ne[0] == 1 {
+            (t.ne[1], t.ne[2], t.nb[1], t.nb[2])
+        } else if t.ne[2] == 1 {
+            (t.ne[0], t.ne[1], t.nb[0], t.nb[1])
+        } else {
+            return None;
+        };
+        let (k, n) = (usize::try_from(k).ok()?, usize::try_from(n).ok()?);
+        let base = t.data as *const u8;
+        let mut out = Vec::with_capacity(k * n);
+        for j in 0..n {
+            for i in 0..k {
+                // SAFETY: the node was just computed into host memory (CPU backend); (i, j) is
+                // within ne, so the strided offset is inside the tensor's extent.
+                let v = unsafe { base.add(i * sk + j * sn).cast::<f32>().read_unaligned() };
+                out.push(v);
+            }
+        }
+        Some(out)
+    }
+}
+
 /// A weight tensor's location in process memory, captured from a live graph. Only this module
 /// creates one, so an address in a `WeightRef` always points at llama.cpp-owned weight memory.
 #[derive(Debug, Clone, PartialEq, Eq)]

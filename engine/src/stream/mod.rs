@@ -56,6 +56,17 @@ pub struct StreamStats {
     pub layer_demand_bytes: u64,
 }
 
+/// What one routed id of a load found and cost (the route trace's `residency` and
+/// `expert_bytes`), in the order of the load's ids.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Routing {
+    /// 0 = miss (the expert was not resident before this load), 1 = hit.
+    pub residency: u8,
+    /// Bytes read for this routing: the aligned windows of the expert's slices on the first
+    /// routing of a missed expert in this load, 0 on every other routing.
+    pub bytes: u64,
+}
+
 /// Test-only poisoning: writes NaN bytes (0xFF) over expert slices after each load, to prove
 /// the gates can fail (a routed slice) and that unrouted slices are never read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,7 +242,18 @@ impl Streamer {
     /// Makes the experts routed at layer `layer` resident: `ids` are the routing's expert ids
     /// (token-major, duplicates allowed — a prefill batch routes many tokens and the union is
     /// read once). Misses are read on the lanes; then the cache is trimmed to its budget.
-    pub fn load_layer(&mut self, layer: usize, ids: &[i32]) -> Result<(), ReadError> {
+    /// With `trace`, it is refilled with one [`Routing`] per entry of `ids` (residency as found
+    /// before loading; bytes on the routing that triggered the read).
+    pub fn load_layer(
+        &mut self,
+        layer: usize,
+        ids: &[i32],
+        mut trace: Option<&mut Vec<Routing>>,
+    ) -> Result<(), ReadError> {
+        if let Some(t) = trace.as_deref_mut() {
+            t.clear();
+            t.resize(ids.len(), Routing::default());
+        }
         if let Some(Some(l)) = self.layout.layers.get(layer) {
             let entry = l.entry_bytes();
             self.count_demand(layer, entry, ids);
@@ -241,6 +263,7 @@ impl Streamer {
         };
         let t0 = Instant::now();
         let every: Vec<i32>;
+        let routed = ids;
         let ids = if self.load_all {
             every = (0..self.layout.n_expert)
                 .filter_map(|e| i32::try_from(e).ok())
@@ -248,6 +271,13 @@ impl Streamer {
             &every[..]
         } else {
             ids
+        };
+        // residency as found before this load, per expert (first routing decides)
+        let before: Vec<bool> = match trace {
+            Some(_) => (0..self.layout.n_expert)
+                .map(|e| self.cache.is_resident(EntryId { layer, expert: e }))
+                .collect(),
+            None => Vec::new(),
         };
         self.cache.begin_load();
         self.seen_gen += 1;
@@ -288,6 +318,9 @@ impl Streamer {
         self.stats.mgmt_ns += (t1 - t0).as_nanos() as u64;
         self.stats.loads += 1;
         self.stats.experts_read += misses.len() as u64;
+        if let Some(t) = trace {
+            self.fill_trace(t, routed, &before, &misses, &jobs, experts.tensors.len());
+        }
         let had_reads = !jobs.is_empty();
         let result = self.lanes.run(jobs);
         let t2 = Instant::now();
@@ -318,6 +351,39 @@ impl Streamer {
             self.apply_poison(layer, p, first_routed);
         }
         Ok(())
+    }
+
+    /// Fills the per-routing trace of a load: `jobs` are planned tensor-major over `misses`
+    /// (`n_tensors` × `misses.len()`), so expert `misses[m]`'s windows are every
+    /// `misses.len()`-th job starting at `m`.
+    fn fill_trace(
+        &self,
+        trace: &mut [Routing],
+        routed: &[i32],
+        before: &[bool],
+        misses: &[usize],
+        jobs: &[ReadJob],
+        n_tensors: usize,
+    ) {
+        let mut first_seen = vec![false; self.layout.n_expert];
+        for (slot, &raw) in trace.iter_mut().zip(routed) {
+            let Some(e) = usize::try_from(raw)
+                .ok()
+                .filter(|&e| e < self.layout.n_expert)
+            else {
+                continue;
+            };
+            slot.residency = u8::from(before[e]);
+            if std::mem::replace(&mut first_seen[e], true) {
+                continue;
+            }
+            if let Some(m) = misses.iter().position(|&x| x == e) {
+                slot.bytes = (0..n_tensors)
+                    .filter_map(|t| jobs.get(t * misses.len() + m))
+                    .map(|j| j.len as u64)
+                    .sum();
+            }
+        }
     }
 
     /// Demand accounting: distinct routed experts × entry bytes, summed over one pass of the

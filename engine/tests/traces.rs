@@ -1,0 +1,230 @@
+//! The diagnostic traces on real runs of a synthetic model: `--route-trace` read back through
+//! `bmoe-telemetry`'s reader and checked against the metrics CSV of the same run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use bmoe_gguf::info::ModelInfo;
+use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
+use bmoe_telemetry::metrics::MetricsFile;
+use bmoe_telemetry::trace::{PHASE_DECODE, PHASE_PREFILL, RouteRow, RouteTraceReader};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+struct Tiny {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+    info: ModelInfo,
+}
+
+fn tiny() -> &'static Tiny {
+    static M: OnceLock<Tiny> = OnceLock::new();
+    M.get_or_init(|| {
+        // under the target dir, not /tmp: tmpfs refuses O_DIRECT
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+        let s = write_model(
+            &SynthOptions::preset(Preset::Tiny),
+            &dir.path().join("t.gguf"),
+        )
+        .expect("synthesise model");
+        Tiny {
+            path: s.paths[0].clone(),
+            info: s.info,
+            dir,
+        }
+    })
+}
+
+fn run(extra: &[&str]) -> Output {
+    let m = tiny();
+    Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
+        .arg("-m")
+        .arg(&m.path)
+        .args([
+            "-p",
+            "Hello world, route traces",
+            "-t",
+            "2",
+            "-c",
+            "256",
+            "-n",
+            "10",
+        ])
+        .args(extra)
+        .output()
+        .expect("run bmoe-cli")
+}
+
+fn file(name: &str) -> PathBuf {
+    tiny().dir.path().join(name)
+}
+
+fn arg(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+fn ok(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "bmoe-cli failed:\n{stderr}");
+    stderr
+}
+
+#[test]
+fn route_trace_agrees_with_the_model_and_the_metrics_csv() {
+    let m = tiny();
+    let (route, csv) = (file("route.csv"), file("route-metrics.csv"));
+    ok(&run(&[
+        "--moe-stream",
+        "--cache-mb",
+        "1",
+        "--csv",
+        arg(&csv),
+        "--route-trace",
+        arg(&route),
+    ]));
+    let mut reader = RouteTraceReader::open(&route).expect("route trace parses");
+    let info = reader.info().clone();
+    assert!(reader.has_column("dropped"));
+    let rows: Vec<RouteRow> = reader.by_ref().map(|r| r.expect("row parses")).collect();
+    assert!(reader.truncated().is_none());
+    let metrics = MetricsFile::read(&csv).expect("metrics CSV parses");
+
+    // preamble: the model file's facts
+    let k = u64::from(m.info.n_expert_used);
+    assert_eq!(info.n_expert_used, Some(k));
+    assert_eq!(info.n_layer, Some(u64::from(m.info.n_layer)));
+    assert_eq!(info.layers.len(), m.info.layers.len());
+    for (got, want) in info.layers.iter().zip(&m.info.layers) {
+        assert_eq!(got.layer, u64::from(want.layer));
+        assert_eq!(got.expert_bytes, want.expert_bytes);
+        assert_eq!(got.dense_bytes, want.dense_bytes);
+    }
+    assert_eq!(metrics.info.extra.get("route_trace"), Some("1"));
+
+    // every routed (phase, step, layer) cell has exactly n_expert_used rows, slots 0..k
+    let mut cells: BTreeMap<(u8, i64, u32), Vec<&RouteRow>> = BTreeMap::new();
+    for r in &rows {
+        cells.entry((r.phase, r.step, r.layer)).or_default().push(r);
+    }
+    for (key, cell) in &cells {
+        let slots: Vec<u32> = cell.iter().map(|r| r.slot).collect();
+        assert_eq!(slots, (0..k as u32).collect::<Vec<_>>(), "cell {key:?}");
+        let experts: BTreeSet<u32> = cell.iter().map(|r| r.expert).collect();
+        assert_eq!(experts.len() as u64, k, "distinct experts in cell {key:?}");
+        // qwen3moe normalises its top-k weights: the applied weights of a cell sum to 1
+        let w: f64 = cell.iter().map(|r| r.weight).sum();
+        assert!((w - 1.0).abs() < 1e-4, "cell {key:?} weights sum to {w}");
+        assert!(
+            cell.iter()
+                .all(|r| r.weight > 0.0 && r.dropped == Some(false))
+        );
+    }
+
+    // one axis: prefill positions 0..n_prompt, then one decode per generated token
+    let n_prompt = metrics.summaries.last().and_then(|t| t.get_u64("n_prompt"));
+    let n_prompt = n_prompt.expect("n_prompt in the trailer") as i64;
+    let n_gen = metrics.rows.len() as i64;
+    let last = m.info.n_layer - 1;
+    for layer in 0..m.info.n_layer {
+        let prefill: Vec<i64> = cells
+            .keys()
+            .filter(|c| c.0 == PHASE_PREFILL && c.2 == layer)
+            .map(|c| c.1)
+            .collect();
+        let want: Vec<i64> = if layer == last {
+            // llama.cpp keeps only the output token before the last layer's FFN
+            vec![n_prompt - 1]
+        } else {
+            (0..n_prompt).collect()
+        };
+        assert_eq!(prefill, want, "prefill steps of layer {layer}");
+        let decode: Vec<i64> = cells
+            .keys()
+            .filter(|c| c.0 == PHASE_DECODE && c.2 == layer)
+            .map(|c| c.1)
+            .collect();
+        assert_eq!(decode, (n_prompt..n_prompt + n_gen).collect::<Vec<_>>());
+    }
+
+    // bytes: per decode, Σ expert_bytes = the CSV row's read_bytes (O_DIRECT windows included)
+    for (i, row) in metrics.rows.iter().enumerate() {
+        let step = n_prompt + i as i64;
+        let traced: u64 = rows
+            .iter()
+            .filter(|r| r.phase == PHASE_DECODE && r.step == step)
+            .map(|r| r.expert_bytes)
+            .sum();
+        assert_eq!(Some(traced), row.read_bytes, "decode step {step}");
+        // one token routes distinct experts: every miss is a read, every hit is free
+        for r in rows
+            .iter()
+            .filter(|r| r.phase == PHASE_DECODE && r.step == step)
+        {
+            assert_eq!(r.residency == 0, r.expert_bytes > 0, "{r:?}");
+        }
+    }
+    // prefill: a batch reads each missed expert once, on its first routing
+    let prefill: u64 = rows
+        .iter()
+        .filter(|r| r.phase == PHASE_PREFILL)
+        .map(|r| r.expert_bytes)
+        .sum();
+    let t = metrics.summaries.last().expect("# summary trailer");
+    let mib = t.get_f64("prefill_read_mib").expect("prefill_read_mib");
+    assert!((prefill as f64 / MIB - mib).abs() <= 0.05 + 1e-9);
+    assert!(prefill > 0);
+
+    // residency agrees with the CSV hit rate: the cache counts one lookup per distinct expert
+    // of a load (a prefill batch routing an expert twice looks it up once)
+    let mut first = BTreeSet::new();
+    let (mut lookups, mut hits) = (0u64, 0u64);
+    for r in &rows {
+        let step = if r.phase == PHASE_DECODE { r.step } else { -1 };
+        if first.insert((r.phase, step, r.layer, r.expert)) {
+            lookups += 1;
+            hits += u64::from(r.residency == 1);
+        }
+    }
+    let hit_pct = metrics
+        .rows
+        .last()
+        .and_then(|r| r.cache_hit_pct)
+        .expect("hit %");
+    let traced_pct = 100.0 * hits as f64 / lookups as f64;
+    assert!(
+        (hit_pct - traced_pct).abs() <= 0.005 + 1e-9,
+        "CSV says {hit_pct}% hits, the trace {traced_pct}%"
+    );
+}
+
+#[test]
+fn route_trace_without_streaming_warns_and_writes_nothing() {
+    let route = file("plain-route.csv");
+    let csv = file("plain-metrics.csv");
+    let stderr = ok(&run(&["--csv", arg(&csv), "--route-trace", arg(&route)]));
+    assert!(
+        stderr.contains("--route-trace needs --moe-stream"),
+        "no warning:\n{stderr}"
+    );
+    assert!(!route.exists());
+    let metrics = MetricsFile::read(&csv).expect("metrics CSV parses");
+    assert_eq!(metrics.info.extra.get("route_trace"), None);
+}
+
+#[test]
+fn route_trace_into_a_missing_folder_is_a_clear_error() {
+    let out = run(&[
+        "--moe-stream",
+        "--route-trace",
+        "/nonexistent-bmoe-dir/route.csv",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/nonexistent-bmoe-dir/route.csv"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint:"), "{stderr}");
+}
