@@ -88,6 +88,9 @@ pub struct Cli {
     /// (a diagnostic: it slows the run; needs --moe-stream)
     #[arg(long = "route-trace", value_name = "PATH")]
     pub route_trace: Option<PathBuf>,
+    /// Io trace (`# io_trace v1`): one row per expert read, flushed per decode (needs --moe-stream)
+    #[arg(long = "io-trace", value_name = "PATH")]
+    pub io_trace: Option<PathBuf>,
     /// Render the prompt with the model's own chat template (tokenizer.chat_template)
     #[arg(long = "chatml")]
     pub chatml: bool,
@@ -237,6 +240,8 @@ pub struct RunConfig {
     pub csv: Option<PathBuf>,
     /// `--route-trace` path.
     pub route_trace: Option<PathBuf>,
+    /// `--io-trace` path.
+    pub io_trace: Option<PathBuf>,
     /// `--chatml`.
     pub chatml: bool,
     /// Thinking allowed (`--no-think` clears it).
@@ -443,6 +448,7 @@ impl Cli {
             poison,
             csv: self.csv.clone(),
             route_trace: self.route_trace.clone(),
+            io_trace: self.io_trace.clone(),
             chatml: self.chatml,
             think: !self.no_think,
             dense_weights,

@@ -252,6 +252,9 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
             if r.moe_stream && cfg.route_trace.is_some() {
                 m.insert("route_trace", "1");
             }
+            if r.moe_stream && cfg.io_trace.is_some() {
+                m.insert("io_trace", "1");
+            }
             m
         },
     }

@@ -15,6 +15,7 @@ pub mod dense;
 #[allow(unsafe_code)]
 pub mod ffi;
 pub mod hook;
+pub mod io_trace;
 pub mod memory;
 pub mod registry;
 pub mod report;

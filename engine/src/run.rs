@@ -7,6 +7,7 @@ use crate::config::{DenseWeights, RunConfig, Sampling};
 use crate::csv_sink::{CsvSink, ResolvedRun, RowContext, TrailerContext, token_row, trailer};
 use crate::ffi::{Context, ContextOptions, DecodeError, Model, ModelOptions, SamplerParams, Token};
 use crate::hook::MoeHook;
+use crate::io_trace::IoTracer;
 use crate::memory::{MemorySnapshot, cgroup_memory};
 use crate::registry::{Recipe, recipe_for};
 use crate::report::{
@@ -23,7 +24,7 @@ use bmoe_gguf::info::ModelInfo;
 use bmoe_gguf::{GgufError, GgufModel};
 use bmoe_telemetry::deltas::DeltaEncoder;
 use bmoe_telemetry::summary::{ANSWER_BANNER, PERF_BANNER};
-use bmoe_telemetry::trace::RouteTraceInfo;
+use bmoe_telemetry::trace::{DecodeTraceInfo, PHASE_DECODE, PHASE_PREFILL, RouteTraceInfo};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -431,6 +432,12 @@ pub fn run(
             "bmoe: warning: --route-trace needs --moe-stream (without streaming there is no routing to observe) — no route trace will be written"
         );
     }
+    if cfg.stream.is_none() && cfg.io_trace.is_some() {
+        let _ = writeln!(
+            note,
+            "bmoe: warning: --io-trace needs --moe-stream (plain llama.cpp issues no expert reads) — no io trace will be written"
+        );
+    }
     let load_s = t_load.elapsed().as_secs_f64();
     let setup = Setup {
         facts: &facts,
@@ -475,6 +482,25 @@ fn end_trace(ctx: &mut Context<'_, MoeHook>, note: &mut dyn Write) {
     {
         let _ = writeln!(note, "bmoe: warning: {e} — the route trace stops here");
         hook.stop_route_trace();
+    }
+}
+
+/// Writes the reads of the decode just done to the io trace; a write error stops the trace.
+fn drain_io(
+    ctx: &mut Context<'_, MoeHook>,
+    io: &mut Option<IoTracer>,
+    phase: u8,
+    step: i64,
+    note: &mut dyn Write,
+) {
+    let Some(t) = io.as_mut() else { return };
+    let Some(s) = ctx.hook_mut().and_then(MoeHook::streamer_mut) else {
+        return;
+    };
+    let reads = s.take_io_log();
+    if let Err(e) = t.write_decode(0, phase, step, &reads) {
+        let _ = writeln!(note, "bmoe: warning: {e} — the io trace stops here");
+        *io = None;
     }
 }
 
@@ -569,6 +595,27 @@ fn generate(
         },
         None => None,
     };
+    let mut io_trace = match (&cfg.io_trace, streaming) {
+        (Some(path), true) => {
+            let info = DecodeTraceInfo {
+                model: Some(cfg.model.display().to_string()),
+                arch: Some(setup.resolved.arch.clone()),
+                n_layer: Some(setup.resolved.n_layer),
+                n_threads: Some(cfg.threads as u64),
+                io_threads: Some(setup.resolved.io_threads),
+                o_direct: Some(setup.resolved.o_direct),
+                overlap: Some(false),
+                ..Default::default()
+            };
+            let t = IoTracer::create(path, &info)
+                .map_err(|e| fail(e, "check that the --io-trace folder exists and is writable"))?;
+            if let Some(s) = ctx.hook_mut().and_then(MoeHook::streamer_mut) {
+                s.log_io();
+            }
+            Some(t)
+        }
+        _ => None,
+    };
     let page_size = system_page_size() as u64;
     if !cfg.progress {
         let _ = write!(out, "{prompt_text}");
@@ -584,6 +631,7 @@ fn generate(
         return Err(decode_error(e, ctx.hook_mut(), "prefill decode"));
     }
     end_trace(ctx, note);
+    drain_io(ctx, &mut io_trace, PHASE_PREFILL, n_prompt as i64 - 1, note);
     let prefill_s = t_prefill.elapsed().as_secs_f64();
     let post_proc = process_sample();
     let mut tctx = TrailerContext {
@@ -660,8 +708,16 @@ fn generate(
         let r = ctx.decode(&mut batch);
         let wall = t0.elapsed();
         last_end = Instant::now();
-        end_trace(ctx, note);
         let p1 = process_sample();
+        // trace writing lands in the next token's loop_overhead_ms, not in this decode
+        end_trace(ctx, note);
+        drain_io(
+            ctx,
+            &mut io_trace,
+            PHASE_DECODE,
+            (n_prompt + step - 1) as i64,
+            note,
+        );
         if let Err(e) = r {
             return Err(decode_error(e, ctx.hook_mut(), "generation decode"));
         }

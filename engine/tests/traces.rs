@@ -9,7 +9,9 @@ use std::sync::OnceLock;
 use bmoe_gguf::info::ModelInfo;
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
 use bmoe_telemetry::metrics::MetricsFile;
-use bmoe_telemetry::trace::{PHASE_DECODE, PHASE_PREFILL, RouteRow, RouteTraceReader};
+use bmoe_telemetry::trace::{
+    IoRow, IoTraceReader, PHASE_DECODE, PHASE_PREFILL, RouteRow, RouteTraceReader,
+};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -200,17 +202,102 @@ fn route_trace_agrees_with_the_model_and_the_metrics_csv() {
 }
 
 #[test]
-fn route_trace_without_streaming_warns_and_writes_nothing() {
+fn io_trace_accounts_for_every_byte_the_route_trace_and_csv_report() {
+    let (route, io, csv) = (file("io-route.csv"), file("io.csv"), file("io-metrics.csv"));
+    ok(&run(&[
+        "--moe-stream",
+        "--cache-mb",
+        "1",
+        "--io-threads",
+        "3",
+        "--csv",
+        arg(&csv),
+        "--route-trace",
+        arg(&route),
+        "--io-trace",
+        arg(&io),
+    ]));
+    let routes: Vec<RouteRow> = RouteTraceReader::open(&route)
+        .expect("route trace parses")
+        .map(|r| r.expect("row"))
+        .collect();
+    let mut reader = IoTraceReader::open(&io).expect("io trace parses");
+    let info = reader.info().clone();
+    let ios: Vec<IoRow> = reader.by_ref().map(|r| r.expect("row")).collect();
+    assert!(reader.truncated().is_none());
+    let metrics = MetricsFile::read(&csv).expect("metrics CSV parses");
+    assert_eq!(metrics.info.extra.get("io_trace"), Some("1"));
+    assert_eq!(info.io_threads, metrics.info.io_threads);
+    assert_eq!(info.o_direct, metrics.info.o_direct);
+    assert!(!ios.is_empty());
+
+    // Σ io read_bytes = Σ route expert_bytes = Σ CSV read_bytes (+ prefill)
+    let io_sum: u64 = ios.iter().map(|r| r.read_bytes).sum();
+    let route_sum: u64 = routes.iter().map(|r| r.expert_bytes).sum();
+    assert_eq!(io_sum, route_sum);
+    let decode_io: u64 = ios
+        .iter()
+        .filter(|r| r.phase == PHASE_DECODE)
+        .map(|r| r.read_bytes)
+        .sum();
+    let csv_sum: u64 = metrics.rows.iter().map(|r| r.read_bytes.unwrap_or(0)).sum();
+    assert_eq!(decode_io, csv_sum);
+    // the aligned window covers the request; the waste is under two alignment blocks
+    let direct = info.o_direct == Some(true);
+    for r in &ios {
+        assert!(r.read_bytes >= r.req_bytes, "{r:?}");
+        assert!(r.read_bytes - r.req_bytes < 2 * 4096, "{r:?}");
+        assert!(!direct || r.offset % 4096 == 0, "{r:?}");
+        assert!(r.lane < 3 && !r.spec && r.latency_ns > 0, "{r:?}");
+    }
+    let waste: u64 = ios.iter().map(|r| r.read_bytes - r.req_bytes).sum();
+    let req: u64 = ios.iter().map(|r| r.req_bytes).sum();
+    assert_eq!(req + waste, io_sum);
+
+    // each decode miss is one read per projection of that expert, summing to its bytes
+    let n_proj = tiny().info.layers[0].expert_tensors.len();
+    let mut per_expert: BTreeMap<(i64, u32, u32), (usize, u64)> = BTreeMap::new();
+    for r in ios.iter().filter(|r| r.phase == PHASE_DECODE) {
+        let e = per_expert.entry((r.step, r.layer, r.expert)).or_default();
+        e.0 += 1;
+        e.1 += r.read_bytes;
+    }
+    let misses: BTreeMap<(i64, u32, u32), (usize, u64)> = routes
+        .iter()
+        .filter(|r| r.phase == PHASE_DECODE && r.expert_bytes > 0)
+        .map(|r| ((r.step, r.layer, r.expert), (n_proj, r.expert_bytes)))
+        .collect();
+    assert_eq!(per_expert, misses);
+}
+
+#[test]
+fn traces_without_streaming_warn_and_write_nothing() {
     let route = file("plain-route.csv");
     let csv = file("plain-metrics.csv");
-    let stderr = ok(&run(&["--csv", arg(&csv), "--route-trace", arg(&route)]));
-    assert!(
-        stderr.contains("--route-trace needs --moe-stream"),
-        "no warning:\n{stderr}"
-    );
-    assert!(!route.exists());
+    let io = file("plain-io.csv");
+    let stderr = ok(&run(&[
+        "--csv",
+        arg(&csv),
+        "--route-trace",
+        arg(&route),
+        "--io-trace",
+        arg(&io),
+    ]));
+    for flag in ["--route-trace", "--io-trace"] {
+        assert!(
+            stderr.contains(&format!("{flag} needs --moe-stream")),
+            "no warning for {flag}:\n{stderr}"
+        );
+    }
+    assert!(!route.exists() && !io.exists());
+    assert_eq!(metrics_io_key(&csv), None);
     let metrics = MetricsFile::read(&csv).expect("metrics CSV parses");
     assert_eq!(metrics.info.extra.get("route_trace"), None);
+}
+
+fn metrics_io_key(csv: &Path) -> Option<String> {
+    let m = MetricsFile::read(csv).expect("metrics CSV parses");
+    m.info.extra.get("io_trace").map(str::to_string)
 }
 
 #[test]

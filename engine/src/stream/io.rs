@@ -163,19 +163,41 @@ fn verify_direct(buffered: &File, direct: &File) -> Result<(), String> {
     Ok(())
 }
 
+/// How one job of a timed batch went (`--io-trace`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobTiming {
+    /// The lane that read it (0 = the calling thread).
+    pub lane: u32,
+    /// Wall time of the read.
+    pub latency_ns: u64,
+    /// Bytes read (0 on an error).
+    pub bytes: u64,
+}
+
+/// A job's timing slot: written once by the lane that claimed the job, so no lock is needed.
+#[derive(Default)]
+struct TimingSlot {
+    lane: AtomicU64,
+    latency_ns: AtomicU64,
+    bytes: AtomicU64,
+}
+
 struct Batch {
     jobs: Vec<ReadJob>,
     next: AtomicUsize,
     done: AtomicUsize,
     bytes: AtomicU64,
     error: Mutex<Option<ReadError>>,
+    /// One slot per job when timed, empty otherwise.
+    timings: Vec<TimingSlot>,
 }
 
 impl Batch {
-    fn drain(&self, files: &[ShardFile], arena: &Arena) {
+    fn drain(&self, files: &[ShardFile], arena: &Arena, lane: usize) {
         loop {
             let i = self.next.fetch_add(1, Ordering::AcqRel);
             let Some(job) = self.jobs.get(i) else { return };
+            let t0 = (!self.timings.is_empty()).then(std::time::Instant::now);
             let result = match files.get(job.shard) {
                 Some(f) => f.execute(arena, job),
                 None => Err(ReadError {
@@ -186,6 +208,13 @@ impl Batch {
                     errno: None,
                 }),
             };
+            if let (Some(t0), Some(slot)) = (t0, self.timings.get(i)) {
+                slot.lane.store(lane as u64, Ordering::Relaxed);
+                slot.latency_ns
+                    .store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                let got = result.as_ref().map_or(0, |&n| n as u64);
+                slot.bytes.store(got, Ordering::Relaxed);
+            }
             match result {
                 Ok(n) => {
                     self.bytes.fetch_add(n as u64, Ordering::Relaxed);
@@ -238,7 +267,7 @@ impl Lanes {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("bmoe-io-{lane}"))
-                    .spawn(move || worker(&shared))
+                    .spawn(move || worker(&shared, lane))
                     .ok()
             })
             .collect::<Option<Vec<_>>>()
@@ -260,16 +289,34 @@ impl Lanes {
     /// Reads every job, in parallel when there are lanes and jobs to share; returns the bytes
     /// read (aligned windows included) or the first error.
     pub fn run(&self, jobs: Vec<ReadJob>) -> Result<u64, ReadError> {
+        self.run_timed(jobs, None)
+    }
+
+    /// [`Self::run`], and with `timings` refilled with one [`JobTiming`] per job, in job order
+    /// (each lane writes the slots of the jobs it claimed; no lock on the read path).
+    pub fn run_timed(
+        &self,
+        jobs: Vec<ReadJob>,
+        timings: Option<&mut Vec<JobTiming>>,
+    ) -> Result<u64, ReadError> {
         if jobs.is_empty() {
+            if let Some(t) = timings {
+                t.clear();
+            }
             return Ok(0);
         }
         let njobs = jobs.len();
+        let slots = match timings {
+            Some(_) => (0..njobs).map(|_| TimingSlot::default()).collect(),
+            None => Vec::new(),
+        };
         let batch = Arc::new(Batch {
             jobs,
             next: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             bytes: AtomicU64::new(0),
             error: Mutex::new(None),
+            timings: slots,
         });
         let parallel = self.n > 1 && njobs > 1;
         if parallel {
@@ -278,7 +325,7 @@ impl Lanes {
             st.generation += 1;
             self.shared.work.notify_all();
         }
-        batch.drain(&self.shared.files, &self.shared.arena);
+        batch.drain(&self.shared.files, &self.shared.arena, 0);
         if parallel {
             let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
             while batch.done.load(Ordering::Acquire) < njobs {
@@ -290,6 +337,14 @@ impl Lanes {
             }
             st.batch = None;
         }
+        if let Some(t) = timings {
+            t.clear();
+            t.extend(batch.timings.iter().map(|s| JobTiming {
+                lane: s.lane.load(Ordering::Relaxed) as u32,
+                latency_ns: s.latency_ns.load(Ordering::Relaxed),
+                bytes: s.bytes.load(Ordering::Relaxed),
+            }));
+        }
         let err = batch.error.lock().unwrap_or_else(|p| p.into_inner()).take();
         match err {
             Some(e) => Err(e),
@@ -298,7 +353,7 @@ impl Lanes {
     }
 }
 
-fn worker(shared: &Shared) {
+fn worker(shared: &Shared, lane: usize) {
     let mut seen = 0u64;
     loop {
         let batch = {
@@ -313,7 +368,7 @@ fn worker(shared: &Shared) {
             st.batch.clone()
         };
         if let Some(b) = batch {
-            b.drain(&shared.files, &shared.arena);
+            b.drain(&shared.files, &shared.arena, lane);
             // take the lock so the caller cannot miss the wake-up between its check and wait
             let _st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             shared.finished.notify_all();

@@ -67,6 +67,27 @@ pub struct Routing {
     pub bytes: u64,
 }
 
+/// One read the streamer issued (a `--io-trace` row without its decode stamp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoRecord {
+    /// MoE layer served.
+    pub layer: u32,
+    /// Expert served.
+    pub expert: u32,
+    /// Projection: the tensor's index among the layer's expert tensors, file order.
+    pub proj: u8,
+    /// Lane that read it (0 = the decoding thread).
+    pub lane: u32,
+    /// File offset of the window read (aligned under O_DIRECT).
+    pub offset: u64,
+    /// The slice's bytes (what the caller wanted).
+    pub req_bytes: u64,
+    /// Bytes actually read (the aligned window).
+    pub read_bytes: u64,
+    /// Wall time of the read.
+    pub latency_ns: u64,
+}
+
 /// Test-only poisoning: writes NaN bytes (0xFF) over expert slices after each load, to prove
 /// the gates can fail (a routed slice) and that unrouted slices are never read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +124,8 @@ pub struct Streamer {
     poison: Option<Poison>,
     load_all: bool,
     last_layer: Option<usize>,
+    /// `--io-trace`: every read since the last [`Streamer::take_io_log`].
+    io_log: Option<Vec<IoRecord>>,
 }
 
 /// Why setting up streaming failed.
@@ -211,6 +234,7 @@ impl Streamer {
                 poison: None,
                 load_all: settings.load_all,
                 last_layer: None,
+                io_log: None,
             },
             setup,
         ))
@@ -232,6 +256,16 @@ impl Streamer {
             resident_bytes: self.cache.resident_bytes(),
             ..self.stats
         }
+    }
+
+    /// Starts recording every read (for `--io-trace`).
+    pub fn log_io(&mut self) {
+        self.io_log.get_or_insert_with(Vec::new);
+    }
+
+    /// The reads recorded since the last call (empty when not recording).
+    pub fn take_io_log(&mut self) -> Vec<IoRecord> {
+        self.io_log.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Arms test poisoning.
@@ -282,6 +316,8 @@ impl Streamer {
         self.cache.begin_load();
         self.seen_gen += 1;
         let mut jobs = Vec::new();
+        // (projection, expert, requested bytes) of each job, for the io log
+        let mut served: Vec<(u8, usize, usize)> = Vec::new();
         let mut misses: Vec<usize> = Vec::new();
         let mut first_routed = None;
         for &raw in ids {
@@ -302,8 +338,11 @@ impl Streamer {
                 misses.push(e);
             }
         }
-        for t in &experts.tensors {
+        for (proj, t) in experts.tensors.iter().enumerate() {
             for &e in &misses {
+                if self.io_log.is_some() {
+                    served.push((u8::try_from(proj).unwrap_or(u8::MAX), e, t.stride));
+                }
                 let off = t.offset + (e * t.stride) as u64;
                 jobs.push(ReadJob::plan(
                     t.shard,
@@ -322,7 +361,29 @@ impl Streamer {
             self.fill_trace(t, routed, &before, &misses, &jobs, experts.tensors.len());
         }
         let had_reads = !jobs.is_empty();
-        let result = self.lanes.run(jobs);
+        let offsets: Vec<(u64, usize)> = if self.io_log.is_some() {
+            jobs.iter().map(|j| (j.offset, j.len)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut timings = Vec::new();
+        let result = self
+            .lanes
+            .run_timed(jobs, self.io_log.is_some().then_some(&mut timings));
+        if let Some(log) = self.io_log.as_mut() {
+            for ((&(proj, e, req), &(offset, _)), t) in served.iter().zip(&offsets).zip(&timings) {
+                log.push(IoRecord {
+                    layer: layer as u32,
+                    expert: e as u32,
+                    proj,
+                    lane: t.lane,
+                    offset,
+                    req_bytes: req as u64,
+                    read_bytes: t.bytes,
+                    latency_ns: t.latency_ns,
+                });
+            }
+        }
         let t2 = Instant::now();
         if had_reads {
             self.stats.io_ns += (t2 - t1).as_nanos() as u64;
