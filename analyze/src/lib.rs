@@ -10,6 +10,7 @@ pub mod drop;
 pub mod error;
 pub mod metrics;
 mod mt19937;
+pub mod plot;
 pub mod preamble;
 pub mod pyfmt;
 pub mod replay;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use bmoe_analyze::route::{
     self, CellMode, MatrixOptions, Phase, RouteFilter, RouteTrace, Span, View,
 };
-use bmoe_analyze::{AnalyzeError, Result, decode, drop, metrics, replay};
+use bmoe_analyze::{AnalyzeError, Result, decode, drop, metrics, plot, replay};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -115,6 +115,9 @@ struct ReplayArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    /// Also draw the hit-rate vs budget curve per policy as SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -163,6 +166,9 @@ struct RouteArgs {
     /// hot: experts listed per layer.
     #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     top: i64,
+    /// Also draw the view as SVG (views hot, reuse, matrix).
+    #[arg(long, value_name = "OUT.svg")]
+    plot: Option<PathBuf>,
 }
 
 fn run_route(a: &RouteArgs) -> Result<String> {
@@ -178,6 +184,19 @@ fn run_route(a: &RouteArgs) -> Result<String> {
         phase,
         all_columns: false,
     };
+    if let Some(path) = &a.plot {
+        if !matches!(a.view, View::Hot | View::Reuse | View::Matrix) {
+            return Err(AnalyzeError::Invalid {
+                message: format!(
+                    "--plot {}: view `{}` has no plot",
+                    path.display(),
+                    view_name(a.view)
+                ),
+                hint: "use --plot with --view hot, --view reuse or --view matrix".into(),
+            });
+        }
+        plot::check_path(path)?;
+    }
     let trace = RouteTrace::read(&a.trace, filter)?;
     let opt = route::RouteOptions {
         view: a.view,
@@ -191,10 +210,36 @@ fn run_route(a: &RouteArgs) -> Result<String> {
         },
         top: a.top,
     };
-    route::render(&trace, &opt)
+    let text = route::render(&trace, &opt)?;
+    if let Some(path) = &a.plot {
+        let cells = route::Cells::build(&trace.rows);
+        match a.view {
+            View::Hot => plot::hot(path, &trace, &cells)?,
+            View::Reuse => plot::reuse(path, &trace, &cells)?,
+            _ => plot::matrix(
+                path,
+                &trace,
+                &cells,
+                &opt.matrix.steps,
+                &opt.matrix.layers,
+                a.max_steps,
+                a.cells,
+            )?,
+        }
+        eprintln!("plot -> {}", path.display());
+    }
+    Ok(text)
+}
+
+fn view_name(v: View) -> String {
+    v.to_possible_value()
+        .map_or_else(|| format!("{v:?}"), |p| p.get_name().to_string())
 }
 
 fn run_replay(a: &ReplayArgs) -> Result<String> {
+    if let Some(path) = &a.plot {
+        plot::check_path(path)?;
+    }
     let budgets = replay::parse_budgets(&a.budgets)?;
     let policies = replay::Policy::parse_list(&a.policies)?;
     let trace = RouteTrace::read(
@@ -211,6 +256,10 @@ fn run_replay(a: &ReplayArgs) -> Result<String> {
         validate: a.validate,
     };
     let rep = replay::run(&trace, &opt)?;
+    if let Some(path) = &a.plot {
+        plot::replay_curve(path, &rep)?;
+        eprintln!("plot -> {}", path.display());
+    }
     let mut text = match a.format {
         Format::Text => rep.text(),
         Format::Json => format!("{:#}\n", rep.json()),
