@@ -4,7 +4,7 @@
 # faults/token and dense_resident_frac from each run's own metrics CSV (the "why").
 #
 # usage: scripts/bench-engine-memory.sh [MODEL] [OUT_DIR]
-#   MODEL    default /work/models/qwen3-30b-a3b.gguf (bmoe-gguf preset qwen3-30b-a3b)
+#   MODEL    default $BMOE_MODELS/qwen3-30b-a3b.gguf ($BMOE_MODELS defaults to ~/.cache/bmoe; bmoe-gguf preset qwen3-30b-a3b)
 #   OUT_DIR  default bench-data/$(date +%F)-engine-memory
 # env: BIN (bmoe-cli to use; default: the debug build in $CARGO_TARGET_DIR, llama.cpp is -O3
 #      there), N (tokens per run, default 16), THREADS (default 2), LIMIT_GIB (default 8),
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODEL="${1:-/work/models/qwen3-30b-a3b.gguf}"
+MODEL="${1:-${BMOE_MODELS:-$HOME/.cache/bmoe}/qwen3-30b-a3b.gguf}"
 OUT="${2:-bench-data/$(date -u +%F)-engine-memory}"
 N="${N:-16}"
 THREADS="${THREADS:-2}"
@@ -24,7 +24,7 @@ LIMIT_GIB="${LIMIT_GIB:-8}"
 CACHE_MB="${CACHE_MB:-2048}"
 FEED_SEED="${FEED_SEED:-42}"
 RUNS="${RUNS:-dense-mmap dense-anon auto-anon}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/targets/engine}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 
 say() { printf 'bench-engine-memory: %s\n' "$*" >&2; }
 [ -f "$MODEL" ] || { echo "error: model not found: $MODEL" >&2; echo "hint: bmoe-bench model synth --preset qwen3-30b-a3b -o $MODEL" >&2; exit 1; }

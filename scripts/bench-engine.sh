@@ -3,7 +3,7 @@
 # without a memory cgroup; O_DIRECT bandwidth at the per-expert read size; resident compute time.
 #
 # usage: scripts/bench-engine.sh [MODEL] [OUT_DIR]
-#   MODEL    default /work/models/qwen3-30b-a3b.gguf (bmoe-gguf preset qwen3-30b-a3b)
+#   MODEL    default $BMOE_MODELS/qwen3-30b-a3b.gguf ($BMOE_MODELS defaults to ~/.cache/bmoe; bmoe-gguf preset qwen3-30b-a3b)
 #   OUT_DIR  default bench-data/$(date +%F)-engine
 # env: BIN (a bmoe-cli to use instead of building release), N (tokens per run, default 24), THREADS (default 2), LIMIT_GIB (default 8),
 #      CACHES (stream cache sizes in MiB, default "0 2048 4096"), FEED_SEED (default 42)
@@ -13,14 +13,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODEL="${1:-/work/models/qwen3-30b-a3b.gguf}"
+MODEL="${1:-${BMOE_MODELS:-$HOME/.cache/bmoe}/qwen3-30b-a3b.gguf}"
 OUT="${2:-bench-data/$(date -u +%F)-engine}"
 N="${N:-24}"
 THREADS="${THREADS:-2}"
 LIMIT_GIB="${LIMIT_GIB:-8}"
 CACHES="${CACHES:-0 2048 4096}"
 FEED_SEED="${FEED_SEED:-42}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/targets/engine}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 
 say() { printf 'bench-engine: %s\n' "$*" >&2; }
 [ -f "$MODEL" ] || { echo "error: model not found: $MODEL" >&2; echo "hint: bmoe-bench model synth --preset qwen3-30b-a3b -o $MODEL" >&2; exit 1; }
