@@ -14,7 +14,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SHARED="${BMOE_SHARED:-$ROOT/../shared}"
 OUT="${1:-$ROOT/bench-data/$(date -u +%Y-%m-%d)-analyze}"
 SCRATCH="${BMOE_SCRATCH:-/tmp/bmoe-bench-analyze}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 
 [ -d "$SHARED/realdata" ] || { echo "error: $SHARED/realdata not found" >&2; echo "hint: set BMOE_SHARED" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "error: /usr/bin/time missing" >&2; echo "hint: apt-get install time" >&2; exit 1; }
