@@ -19,7 +19,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 [ -d "$SHARED/realdata" ] || { echo "error: $SHARED/realdata not found" >&2; echo "hint: set BMOE_SHARED" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "error: /usr/bin/time missing" >&2; echo "hint: apt-get install time" >&2; exit 1; }
 
-cargo build --release -p bmoe-analyze >&2
+cargo build --release --manifest-path "$ROOT/Cargo.toml" -p bmoe-analyze >&2
 BIN="$CARGO_TARGET_DIR/release/bmoe-analyze"
 mkdir -p "$OUT/raw" "$SCRATCH"
 
