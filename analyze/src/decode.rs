@@ -12,7 +12,10 @@ use bmoe_telemetry::trace::{
     ComputeRow, ComputeTraceReader, DecodeTraceInfo, IoRow, IoTraceReader,
 };
 
+use serde_json::json;
+
 use crate::pyfmt::{f, fw};
+use crate::table::{Table, num};
 use crate::{AnalyzeError, Result};
 
 const MIB: f64 = 1_048_576.0;
@@ -66,8 +69,21 @@ pub struct ComputeOptions {
     pub layers: bool,
 }
 
-/// The compute report. The `bool` is true when the file had no decode rows and all rows were used.
-pub fn compute(path: &Path, opt: ComputeOptions) -> Result<(String, bool)> {
+/// A decode-analyze report: the reference text plus the same figures as tables.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The reference layout.
+    pub text: String,
+    /// Header figures (`meta` in JSON).
+    pub meta: serde_json::Value,
+    /// The report's tables, unrounded.
+    pub tables: Vec<Table>,
+    /// True when the file had no decode rows and all rows were used.
+    pub fell_back: bool,
+}
+
+/// The compute report.
+pub fn compute(path: &Path, opt: ComputeOptions) -> Result<Report> {
     let reader =
         ComputeTraceReader::open(path).map_err(|e| AnalyzeError::from_telemetry(path, e))?;
     let info: DecodeTraceInfo = reader.info().clone();
@@ -134,7 +150,17 @@ pub fn compute(path: &Path, opt: ComputeOptions) -> Result<(String, bool)> {
         };
         segs.sort_by_key(|s| rank(&s.0));
         let largest = segs.iter().map(|s| s.1).max().unwrap_or(0).max(1) as f64;
+        let mut table = Table::new(
+            "segments",
+            &["segment", "ms_per_token", "share_pct", "majflt_per_token"],
+        );
         for (name, ns, flt) in &segs {
+            table.push(vec![
+                json!(name),
+                num(*ns as f64 / n / 1e6),
+                num(100.0 * *ns as f64 / total_ns.max(1) as f64),
+                num(*flt as f64 / n),
+            ]);
             let _ = writeln!(
                 out,
                 "{name:<10}{}{}%  {}  {}",
@@ -144,7 +170,12 @@ pub fn compute(path: &Path, opt: ComputeOptions) -> Result<(String, bool)> {
                 bar(*ns as f64 / largest, 28)
             );
         }
-        return Ok((out, fell_back));
+        return Ok(Report {
+            text: out,
+            meta: compute_meta(&info, n, total_ns, total_flt, "layer"),
+            tables: vec![table],
+            fell_back,
+        });
     }
     let _ = writeln!(
         out,
@@ -186,11 +217,21 @@ pub fn compute(path: &Path, opt: ComputeOptions) -> Result<(String, bool)> {
     let mut by_ns = ops.clone();
     by_ns.sort_by_key(|o| std::cmp::Reverse(o.1));
     let total = total_ns.max(1) as f64;
+    let mut tables = vec![Table::new(
+        "ops",
+        &["op", "ms_per_token", "share_pct", "majflt_per_token"],
+    )];
     for (op, ns, flt, _) in by_ns
         .iter()
         .take(crate::route::views::py_slice_len(by_ns.len(), opt.top))
     {
         let share = *ns as f64 / total;
+        tables[0].push(vec![
+            json!(op),
+            num(*ns as f64 / n / 1e6),
+            num(100.0 * share),
+            num(*flt as f64 / n),
+        ]);
         let _ = writeln!(
             out,
             "{op:<18}{}{}%  {}  {}",
@@ -232,7 +273,9 @@ pub fn compute(path: &Path, opt: ComputeOptions) -> Result<(String, bool)> {
             *layers.entry(r.layer).or_default() += r.wall_ns;
         }
         let largest = layers.values().copied().max().unwrap_or(0).max(1) as f64;
+        let mut table = Table::new("layers", &["layer", "ms_per_token"]);
         for (l, ns) in &layers {
+            table.push(vec![json!(l), num(*ns as f64 / n / 1e6)]);
             let _ = writeln!(
                 out,
                 "  layer {l:3} {} ms/tok  {}",
@@ -240,8 +283,30 @@ pub fn compute(path: &Path, opt: ComputeOptions) -> Result<(String, bool)> {
                 bar(*ns as f64 / largest, 28)
             );
         }
+        tables.push(table);
     }
-    Ok((out, fell_back))
+    Ok(Report {
+        text: out,
+        meta: compute_meta(&info, n, total_ns, total_flt, "op"),
+        tables,
+        fell_back,
+    })
+}
+
+fn compute_meta(
+    info: &DecodeTraceInfo,
+    steps: f64,
+    total_ns: u64,
+    total_flt: u64,
+    granularity: &str,
+) -> serde_json::Value {
+    json!({
+        "model": info.model, "arch": info.arch, "n_layer": info.n_layer, "threads": info.n_threads,
+        "granularity": granularity,
+        "decode_steps": steps as u64,
+        "compute_ms_per_token": num(total_ns as f64 / steps / 1e6),
+        "majflt_per_token": num(total_flt as f64 / steps),
+    })
 }
 
 fn opt_str(v: &Option<String>) -> String {
@@ -249,7 +314,7 @@ fn opt_str(v: &Option<String>) -> String {
 }
 
 /// The io report. The `bool` is true when the file had no decode rows and all rows were used.
-pub fn io(path: &Path, adjacent: bool) -> Result<(String, bool)> {
+pub fn io(path: &Path, adjacent: bool) -> Result<Report> {
     let reader = IoTraceReader::open(path).map_err(|e| AnalyzeError::from_telemetry(path, e))?;
     let info: DecodeTraceInfo = reader.info().clone();
     let rows = read_all(path, reader)?;
@@ -297,18 +362,26 @@ pub fn io(path: &Path, adjacent: bool) -> Result<(String, bool)> {
         f(waste, 1),
         f((got as f64 - want as f64) / MIB / n, 2)
     );
+    let mut meta = json!({
+        "model": info.model, "io_threads": info.io_threads, "o_direct": info.o_direct,
+        "overlap": info.overlap, "decode_steps": steps.len(), "reads": rows.len(),
+        "read_mib_per_token": num(got as f64 / MIB / n),
+        "lane_busy_ms_per_token": num(busy as f64 / 1e6 / n),
+        "bandwidth_mib_s": if busy > 0 { num(got as f64 / MIB / (busy as f64 / 1e9)) } else { serde_json::Value::Null },
+        "alignment_waste_pct": num(waste),
+    });
     let mut lat: Vec<u64> = rows.iter().map(|r| r.latency_ns).collect();
     lat.sort_unstable();
+    let mut latency = Table::new("latency", &["percentile", "us"]);
     out.push_str("\nper-read latency (us)\n");
     for (label, q) in [("50", 0.5), ("90", 0.9), ("99", 0.99)] {
         let v = bmoe_stats::percentile_nearest_floor(&lat, q).unwrap_or(0);
+        latency.push(vec![json!(format!("p{label}")), num(v as f64 / 1e3)]);
         let _ = writeln!(out, "  p{label:<3} {}", fw(v as f64 / 1e3, 9, 1));
     }
-    let _ = writeln!(
-        out,
-        "  max  {}",
-        fw(lat.last().copied().unwrap_or(0) as f64 / 1e3, 9, 1)
-    );
+    let max_us = lat.last().copied().unwrap_or(0) as f64 / 1e3;
+    latency.push(vec![json!("max"), num(max_us)]);
+    let _ = writeln!(out, "  max  {}", fw(max_us, 9, 1));
     out.push_str("\nby request size - the per-read cost of scattering\n");
     let _ = writeln!(
         out,
@@ -328,7 +401,22 @@ pub fn io(path: &Path, adjacent: bool) -> Result<(String, bool)> {
         e.1 += r.read_bytes;
         e.2 += r.latency_ns;
     }
+    let mut sizes = Table::new(
+        "sizes",
+        &["size_kib", "reads", "mib", "mib_per_s", "us_per_read"],
+    );
     for (b, (count, bytes, ns)) in &buckets {
+        sizes.push(vec![
+            json!(b),
+            json!(count),
+            num(*bytes as f64 / MIB),
+            if *ns > 0 {
+                num(*bytes as f64 / MIB / (*ns as f64 / 1e9))
+            } else {
+                serde_json::Value::Null
+            },
+            num(*ns as f64 / 1e3 / *count as f64),
+        ]);
         let rate = if *ns > 0 {
             fw(*bytes as f64 / MIB / (*ns as f64 / 1e9), 9, 0)
         } else {
@@ -350,7 +438,21 @@ pub fn io(path: &Path, adjacent: bool) -> Result<(String, bool)> {
         e.0 += r.read_bytes;
         e.1 += r.latency_ns;
     }
+    let mut lane_table = Table::new(
+        "lanes",
+        &["lane", "mib_per_token", "busy_ms_per_token", "mib_per_s"],
+    );
     for (lane, (bytes, ns)) in &lanes {
+        lane_table.push(vec![
+            json!(lane),
+            num(*bytes as f64 / MIB / n),
+            num(*ns as f64 / 1e6 / n),
+            if *ns > 0 {
+                num(*bytes as f64 / MIB / (*ns as f64 / 1e9))
+            } else {
+                serde_json::Value::Null
+            },
+        ]);
         let rate = if *ns > 0 {
             fw(*bytes as f64 / MIB / (*ns as f64 / 1e9), 6, 0)
         } else {
@@ -366,6 +468,8 @@ pub fn io(path: &Path, adjacent: bool) -> Result<(String, bool)> {
     let spec: Vec<&IoRow> = rows.iter().filter(|r| r.spec).collect();
     if !spec.is_empty() {
         let sb: u64 = spec.iter().map(|r| r.read_bytes).sum();
+        meta["speculative_reads"] = json!(spec.len());
+        meta["speculative_mib_per_token"] = num(sb as f64 / MIB / n);
         let _ = writeln!(
             out,
             "\nspeculative: {} reads, {} MiB/token ({}% of bytes read)",
@@ -403,6 +507,8 @@ pub fn io(path: &Path, adjacent: bool) -> Result<(String, bool)> {
             }
             runs += k;
         }
+        meta["adjacent_reads_per_token"] = num(reads as f64 / n);
+        meta["adjacent_runs_per_token"] = num(runs as f64 / n);
         out.push_str("\nadjacency - the coalescing ceiling\n");
         let _ = writeln!(
             out,
@@ -416,5 +522,10 @@ pub fn io(path: &Path, adjacent: bool) -> Result<(String, bool)> {
             f(reads as f64 / runs.max(1) as f64, 1)
         );
     }
-    Ok((out, fell_back))
+    Ok(Report {
+        text: out,
+        meta,
+        tables: vec![latency, sizes, lane_table],
+        fell_back,
+    })
 }

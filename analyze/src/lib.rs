@@ -15,5 +15,6 @@ pub mod preamble;
 pub mod pyfmt;
 pub mod replay;
 pub mod route;
+pub mod table;
 
 pub use error::{AnalyzeError, Result};

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use bmoe_analyze::route::{
     self, CellMode, MatrixOptions, Phase, RouteFilter, RouteTrace, Span, View,
 };
-use bmoe_analyze::{AnalyzeError, Result, decode, drop, metrics, plot, replay};
+use bmoe_analyze::{AnalyzeError, Result, decode, drop, metrics, plot, replay, table};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -73,6 +73,9 @@ struct ComputeArgs {
     /// Add the per-layer breakdown.
     #[arg(long)]
     layers: bool,
+    /// Output format (json/csv: the ops or segments table, and layers with --layers).
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
 }
 
 #[derive(Args, Debug)]
@@ -83,6 +86,9 @@ struct IoArgs {
     /// Add the adjacency (coalescing ceiling) section.
     #[arg(long)]
     adjacent: bool,
+    /// Output format (json: header figures and the latency, sizes, lanes tables; csv: the tables).
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -395,6 +401,16 @@ fn note_fallback(path: &std::path::Path, (text, fell_back): (String, bool)) -> S
     text
 }
 
+/// A decode-analyze report in the chosen format.
+fn formatted(path: &std::path::Path, r: decode::Report, format: Format) -> String {
+    let text = note_fallback(path, (r.text, r.fell_back));
+    match format {
+        Format::Text => text,
+        Format::Json => table::to_json(r.meta, &r.tables),
+        Format::Csv => table::to_csv(&r.tables),
+    }
+}
+
 fn report(err: &AnalyzeError) -> ExitCode {
     let mut e = std::io::stderr().lock();
     let _ = writeln!(e, "error: {err}");
@@ -415,9 +431,11 @@ fn main() -> ExitCode {
                 layers: a.layers,
             },
         )
-        .map(|r| note_fallback(&a.trace, r)),
+        .map(|r| formatted(&a.trace, r, a.format)),
         Command::Metrics(a) => run_metrics(a),
-        Command::Io(a) => decode::io(&a.trace, a.adjacent).map(|r| note_fallback(&a.trace, r)),
+        Command::Io(a) => {
+            decode::io(&a.trace, a.adjacent).map(|r| formatted(&a.trace, r, a.format))
+        }
     };
     match result {
         Ok(text) => {

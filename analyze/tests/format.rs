@@ -1,0 +1,163 @@
+//! `--format json|csv` for compute and io: the same figures as the text report, machine-readable.
+//! Reads the synthetic traces in shared/realdata; skips when shared/ is absent.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn shared() -> Option<PathBuf> {
+    let p = std::env::var_os("BMOE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
+    p.join("realdata/synthetic").is_dir().then_some(p)
+}
+
+fn stdout(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
+        .args(args)
+        .output()
+        .expect("run bmoe-analyze");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// `# table=` blocks of a CSV: name -> (header, rows).
+fn csv_tables(csv: &str) -> Vec<(String, String, Vec<String>)> {
+    csv.split("\n\n")
+        .map(|block| {
+            let mut lines = block.lines();
+            let name = lines
+                .next()
+                .and_then(|l| l.strip_prefix("# table="))
+                .expect("block starts with # table=")
+                .to_string();
+            let header = lines.next().expect("header").to_string();
+            (name, header, lines.map(str::to_string).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn compute_json_and_csv_carry_the_text_figures() {
+    let Some(shared) = shared() else {
+        eprintln!("SKIP: shared/realdata/synthetic not found (set BMOE_SHARED)");
+        return;
+    };
+    let trace = shared.join("realdata/synthetic/synthetic.compute.csv");
+    let trace = trace.to_str().expect("utf-8 path");
+    let text = stdout(&["compute", trace, "--layers"]);
+    assert_eq!(
+        stdout(&["compute", trace, "--layers", "--format", "text"]),
+        text
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&["compute", trace, "--layers", "--format", "json"]))
+            .expect("valid JSON");
+    assert_eq!(json["meta"]["granularity"], "op");
+    assert_eq!(json["meta"]["decode_steps"], 12);
+    let ops = json["ops"].as_array().expect("ops table");
+    let text_ops = text
+        .lines()
+        .skip_while(|l| !l.starts_with("op "))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .count();
+    assert!(text_ops > 1);
+    assert_eq!(ops.len(), text_ops, "one row per op the text lists");
+    // Every op row printed in the text has the same op, ms/token and share.
+    for op in ops {
+        let line = format!(
+            "{:<18}{:>9.2}{:>7.1}%",
+            op["op"].as_str().expect("op name"),
+            op["ms_per_token"].as_f64().expect("ms"),
+            op["share_pct"].as_f64().expect("share")
+        );
+        assert!(text.contains(&line), "text has {line:?}");
+    }
+    let layers = json["layers"]
+        .as_array()
+        .expect("layers table with --layers");
+    assert!(layers.iter().any(|l| l["layer"] == -1));
+    let csv = stdout(&["compute", trace, "--layers", "--format", "csv"]);
+    let tables = csv_tables(&csv);
+    assert_eq!(tables[0].0, "ops");
+    assert_eq!(tables[0].1, "op,ms_per_token,share_pct,majflt_per_token");
+    assert_eq!(tables[0].2.len(), ops.len());
+    assert!(tables[0].2[0].starts_with(&format!("{},", ops[0]["op"].as_str().expect("op"))));
+    assert_eq!(tables[1].0, "layers");
+    assert_eq!(tables[1].2.len(), layers.len());
+
+    let seg = shared.join("realdata/synthetic/synthetic.compute-layers.csv");
+    let json: serde_json::Value = serde_json::from_str(&stdout(&[
+        "compute",
+        seg.to_str().expect("utf-8 path"),
+        "--format",
+        "json",
+    ]))
+    .expect("valid JSON");
+    assert_eq!(json["meta"]["granularity"], "layer");
+    assert_eq!(json["segments"][0]["segment"], "pre");
+}
+
+#[test]
+fn io_json_and_csv_carry_the_text_figures() {
+    let Some(shared) = shared() else {
+        eprintln!("SKIP: shared/realdata/synthetic not found (set BMOE_SHARED)");
+        return;
+    };
+    let trace = shared.join("realdata/synthetic/synthetic.io.csv");
+    let trace = trace.to_str().expect("utf-8 path");
+    let text = stdout(&["io", trace, "--adjacent"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&["io", trace, "--adjacent", "--format", "json"]))
+            .expect("valid JSON");
+    let meta = &json["meta"];
+    assert!(text.contains(&format!(
+        "decode steps={}  reads={}",
+        meta["decode_steps"], meta["reads"]
+    )));
+    assert!(text.contains(&format!(
+        "read={:.1} MiB/token",
+        meta["read_mib_per_token"].as_f64().expect("read")
+    )));
+    assert!(
+        meta["adjacent_runs_per_token"]
+            .as_f64()
+            .expect("adjacency with --adjacent")
+            > 0.0
+    );
+    for p in json["latency"].as_array().expect("latency table") {
+        let label = p["percentile"].as_str().expect("label");
+        let line = format!("  {label:<4} {:>9.1}\n", p["us"].as_f64().expect("us"));
+        assert!(text.contains(&line), "text has {line:?}");
+    }
+    let lanes = json["lanes"].as_array().expect("lanes table");
+    let csv = stdout(&["io", trace, "--adjacent", "--format", "csv"]);
+    let tables = csv_tables(&csv);
+    let names: Vec<&str> = tables.iter().map(|t| t.0.as_str()).collect();
+    assert_eq!(names, ["latency", "sizes", "lanes"]);
+    assert_eq!(
+        tables[2].1,
+        "lane,mib_per_token,busy_ms_per_token,mib_per_s"
+    );
+    assert_eq!(tables[2].2.len(), lanes.len());
+    assert_eq!(tables[1].1, "size_kib,reads,mib,mib_per_s,us_per_read");
+    let reads: u64 = tables[1]
+        .2
+        .iter()
+        .map(|r| {
+            r.split(',')
+                .nth(1)
+                .and_then(|n| n.parse::<u64>().ok())
+                .expect("reads")
+        })
+        .sum();
+    assert_eq!(
+        Some(reads),
+        meta["reads"].as_u64(),
+        "size buckets cover every read"
+    );
+}
