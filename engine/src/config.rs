@@ -91,6 +91,17 @@ pub struct Cli {
     /// Io trace (`# io_trace v1`): one row per expert read, flushed per decode (needs --moe-stream)
     #[arg(long = "io-trace", value_name = "PATH")]
     pub io_trace: Option<PathBuf>,
+    /// Compute trace (`# compute_trace v1`): one row per graph node, each node isolated (a
+    /// diagnostic: it serialises the graph; works without --moe-stream)
+    #[arg(
+        long = "compute-trace",
+        value_name = "PATH",
+        conflicts_with = "compute_trace_layers"
+    )]
+    pub compute_trace: Option<PathBuf>,
+    /// Compute trace at layer granularity: one row per segment (pre, blk.<il>, post)
+    #[arg(long = "compute-trace-layers", value_name = "PATH")]
+    pub compute_trace_layers: Option<PathBuf>,
     /// Render the prompt with the model's own chat template (tokenizer.chat_template)
     #[arg(long = "chatml")]
     pub chatml: bool,
@@ -242,6 +253,8 @@ pub struct RunConfig {
     pub route_trace: Option<PathBuf>,
     /// `--io-trace` path.
     pub io_trace: Option<PathBuf>,
+    /// `--compute-trace` / `--compute-trace-layers`: path and granularity.
+    pub compute_trace: Option<(PathBuf, crate::compute_trace::Granularity)>,
     /// `--chatml`.
     pub chatml: bool,
     /// Thinking allowed (`--no-think` clears it).
@@ -449,6 +462,11 @@ impl Cli {
             csv: self.csv.clone(),
             route_trace: self.route_trace.clone(),
             io_trace: self.io_trace.clone(),
+            compute_trace: match (&self.compute_trace, &self.compute_trace_layers) {
+                (Some(p), _) => Some((p.clone(), crate::compute_trace::Granularity::Node)),
+                (None, Some(p)) => Some((p.clone(), crate::compute_trace::Granularity::Layer)),
+                (None, None) => None,
+            },
             chatml: self.chatml,
             think: !self.no_think,
             dense_weights,

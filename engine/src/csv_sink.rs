@@ -241,7 +241,10 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
         top_k: Some(top_k),
         top_p: Some(top_p),
         seed: Some(seed),
-        compute_trace_layers: Some(0),
+        compute_trace_layers: Some(u64::from(matches!(
+            cfg.compute_trace,
+            Some((_, crate::compute_trace::Granularity::Layer))
+        ))),
         spec: Some("off".to_string()),
         spec_draft_max: Some(0),
         mtp_p_min: Some(0.0),
@@ -254,6 +257,12 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
             }
             if r.moe_stream && cfg.io_trace.is_some() {
                 m.insert("io_trace", "1");
+            }
+            if matches!(
+                cfg.compute_trace,
+                Some((_, crate::compute_trace::Granularity::Node))
+            ) {
+                m.insert("compute_trace", "1");
             }
             m
         },

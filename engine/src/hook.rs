@@ -1,6 +1,7 @@
 //! The graph hook: captures the expert tensors during a warm-up decode, then loads the routed
 //! experts at every `ffn_moe_topk-<il>` node before the expert matmuls consume them.
 
+use crate::compute_trace::ComputeTracer;
 use crate::ffi::{EvalHook, Node, WeightRef};
 use crate::registry::Recipe;
 use crate::route_trace::{RouteTracer, weight_node_layer};
@@ -32,13 +33,14 @@ enum Phase {
 
 /// The engine's eval hook.
 pub struct MoeHook {
-    recipe: &'static Recipe,
+    recipe: Option<&'static Recipe>,
     phase: Phase,
     abort: Arc<AtomicBool>,
     error: Option<ReadError>,
     topk_calls: u64,
     route_trace: Option<RouteTracer>,
     routing: Vec<Routing>,
+    compute_trace: Option<ComputeTracer>,
 }
 
 impl MoeHook {
@@ -46,14 +48,44 @@ impl MoeHook {
     /// failed read so the decode stops instead of computing on missing bytes.
     pub fn capturing(recipe: &'static Recipe, abort: Arc<AtomicBool>) -> Self {
         Self {
-            recipe,
+            recipe: Some(recipe),
             phase: Phase::Capture(Vec::new()),
             abort,
             error: None,
             topk_calls: 0,
             route_trace: None,
             routing: Vec::new(),
+            compute_trace: None,
         }
+    }
+
+    /// A hook that only traces (no streaming): for `--compute-trace` on a plain run.
+    pub fn tracing_only(abort: Arc<AtomicBool>) -> Self {
+        Self {
+            recipe: None,
+            phase: Phase::Idle,
+            abort,
+            error: None,
+            topk_calls: 0,
+            route_trace: None,
+            routing: Vec::new(),
+            compute_trace: None,
+        }
+    }
+
+    /// Times graph nodes into `t` from now on.
+    pub fn trace_compute(&mut self, t: ComputeTracer) {
+        self.compute_trace = Some(t);
+    }
+
+    /// The compute tracer, when tracing.
+    pub fn compute_trace_mut(&mut self) -> Option<&mut ComputeTracer> {
+        self.compute_trace.as_mut()
+    }
+
+    /// Stops compute tracing (after a write error).
+    pub fn stop_compute_trace(&mut self) {
+        self.compute_trace = None;
     }
 
     /// Ends capture, returning what was seen.
@@ -116,10 +148,28 @@ impl MoeHook {
 
 impl EvalHook for MoeHook {
     fn wants(&mut self, node: &Node<'_>) -> bool {
+        let capturing = matches!(self.phase, Phase::Capture(_));
+        let stream = self.stream_wants(node);
+        match self.compute_trace.as_mut() {
+            Some(c) if !capturing => c.wants(node.name(), stream) || stream,
+            _ => stream,
+        }
+    }
+
+    fn observe(&mut self, node: &Node<'_>) {
+        self.stream_observe(node);
+        if let Some(c) = self.compute_trace.as_mut() {
+            c.observe(node.name(), node.op_name());
+        }
+    }
+}
+
+impl MoeHook {
+    fn stream_wants(&mut self, node: &Node<'_>) -> bool {
         match &mut self.phase {
             Phase::Capture(seen) => {
                 for src in node.sources() {
-                    if let Some((il, suffix)) = self.recipe.match_tensor(src.name())
+                    if let Some((il, suffix)) = self.recipe.and_then(|r| r.match_tensor(src.name()))
                         && let Some(w) = src.weight_ref()
                         && w.n_expert > 0
                     {
@@ -138,7 +188,7 @@ impl EvalHook for MoeHook {
         }
     }
 
-    fn observe(&mut self, node: &Node<'_>) {
+    fn stream_observe(&mut self, node: &Node<'_>) {
         let Phase::Stream(streamer) = &mut self.phase else {
             return;
         };

@@ -8,6 +8,7 @@
 
 pub mod autocache;
 pub mod chat;
+pub mod compute_trace;
 pub mod config;
 pub mod csv_sink;
 pub mod default_model;

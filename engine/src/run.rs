@@ -3,6 +3,7 @@
 
 use crate::autocache::{AutoInputs, measure, size_budget};
 use crate::chat::{ChatTemplate, split_reasoning};
+use crate::compute_trace::ComputeTracer;
 use crate::config::{DenseWeights, RunConfig, Sampling};
 use crate::csv_sink::{CsvSink, ResolvedRun, RowContext, TrailerContext, token_row, trailer};
 use crate::ffi::{Context, ContextOptions, DecodeError, Model, ModelOptions, SamplerParams, Token};
@@ -256,6 +257,7 @@ pub fn run(
     let abort = Arc::new(AtomicBool::new(false));
     let hook = match (cfg.stream, recipe) {
         (Some(_), Some(r)) => Some(MoeHook::capturing(r, Arc::clone(&abort))),
+        _ if cfg.compute_trace.is_some() => Some(MoeHook::tracing_only(Arc::clone(&abort))),
         _ => None,
     };
     let opts = ContextOptions {
@@ -464,13 +466,18 @@ fn route_trace_info(cfg: &RunConfig, n_expert_used: u64) -> Result<RouteTraceInf
 
 /// Tells the route tracer (if any) which decode the next routings belong to.
 fn begin_trace(ctx: &mut Context<'_, MoeHook>, turn: u32, prefill: bool, pos0: i64, n: usize) {
-    if let Some(t) = ctx.hook_mut().and_then(MoeHook::route_trace_mut) {
-        t.begin_decode(DecodeSpan {
-            turn,
-            prefill,
-            pos0,
-            n_tokens: n,
-        });
+    let span = DecodeSpan {
+        turn,
+        prefill,
+        pos0,
+        n_tokens: n,
+    };
+    let Some(hook) = ctx.hook_mut() else { return };
+    if let Some(t) = hook.route_trace_mut() {
+        t.begin_decode(span);
+    }
+    if let Some(t) = hook.compute_trace_mut() {
+        t.begin_decode(span);
     }
 }
 
@@ -482,6 +489,12 @@ fn end_trace(ctx: &mut Context<'_, MoeHook>, note: &mut dyn Write) {
     {
         let _ = writeln!(note, "bmoe: warning: {e} — the route trace stops here");
         hook.stop_route_trace();
+    }
+    if let Some(t) = hook.compute_trace_mut()
+        && let Err(e) = t.end_decode()
+    {
+        let _ = writeln!(note, "bmoe: warning: {e} — the compute trace stops here");
+        hook.stop_compute_trace();
     }
 }
 
@@ -616,6 +629,23 @@ fn generate(
         }
         _ => None,
     };
+    if let Some((path, granularity)) = &cfg.compute_trace {
+        let info = DecodeTraceInfo {
+            model: Some(cfg.model.display().to_string()),
+            arch: Some(setup.resolved.arch.clone()),
+            n_layer: Some(setup.resolved.n_layer),
+            n_threads: Some(cfg.threads as u64),
+            io_threads: Some(setup.resolved.io_threads),
+            o_direct: Some(setup.resolved.o_direct),
+            overlap: Some(false),
+            ..Default::default()
+        };
+        let t = ComputeTracer::create(path, &info, *granularity)
+            .map_err(|e| fail(e, "check that the trace's folder exists and is writable"))?;
+        if let Some(h) = ctx.hook_mut() {
+            h.trace_compute(t);
+        }
+    }
     let page_size = system_page_size() as u64;
     if !cfg.progress {
         let _ = write!(out, "{prompt_text}");

@@ -10,7 +10,8 @@ use bmoe_gguf::info::ModelInfo;
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
 use bmoe_telemetry::metrics::MetricsFile;
 use bmoe_telemetry::trace::{
-    IoRow, IoTraceReader, PHASE_DECODE, PHASE_PREFILL, RouteRow, RouteTraceReader,
+    ComputeRow, ComputeTraceReader, IoRow, IoTraceReader, PHASE_DECODE, PHASE_PREFILL, RouteRow,
+    RouteTraceReader,
 };
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -314,4 +315,113 @@ fn route_trace_into_a_missing_folder_is_a_clear_error() {
         "{stderr}"
     );
     assert!(stderr.contains("hint:"), "{stderr}");
+}
+
+fn compute_rows(path: &Path) -> Vec<ComputeRow> {
+    let mut r = ComputeTraceReader::open(path).expect("compute trace parses");
+    let rows: Vec<ComputeRow> = r.by_ref().map(|x| x.expect("row")).collect();
+    assert!(r.truncated().is_none());
+    rows
+}
+
+/// Per decode step, Σ wall_ns of the trace is within 10 % of the CSV row's wall_ms.
+fn sums_match_decode_wall(rows: &[ComputeRow], metrics: &MetricsFile, n_prompt: i64) {
+    assert!(!metrics.rows.is_empty());
+    for (i, m) in metrics.rows.iter().enumerate() {
+        let step = n_prompt + i as i64;
+        let traced: u64 = rows
+            .iter()
+            .filter(|r| r.phase == PHASE_DECODE && r.step == step)
+            .map(|r| r.wall_ns)
+            .sum();
+        let wall = m.wall_ms.expect("wall_ms") * 1e6;
+        let ratio = traced as f64 / wall;
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "step {step}: traced {traced} ns vs decode wall {wall} ns"
+        );
+    }
+}
+
+#[test]
+fn compute_trace_times_every_node_without_streaming() {
+    let (ct, csv) = (file("ct.csv"), file("ct-metrics.csv"));
+    ok(&run(&["--csv", arg(&csv), "--compute-trace", arg(&ct)]));
+    let rows = compute_rows(&ct);
+    let metrics = MetricsFile::read(&csv).expect("metrics CSV parses");
+    assert_eq!(metrics.info.extra.get("compute_trace"), Some("1"));
+    assert_eq!(metrics.info.compute_trace_layers, Some(0));
+    let n_prompt = metrics.summaries.last().and_then(|t| t.get_u64("n_prompt"));
+    let n_prompt = n_prompt.expect("n_prompt") as i64;
+    // one decode per step; seq counts the nodes 0.. in execution order
+    let mut by_step: BTreeMap<(u8, i64), Vec<&ComputeRow>> = BTreeMap::new();
+    for r in &rows {
+        by_step.entry((r.phase, r.step)).or_default().push(r);
+    }
+    assert_eq!(
+        by_step.len(),
+        1 + metrics.rows.len(),
+        "prefill + each decode"
+    );
+    assert!(by_step.contains_key(&(PHASE_PREFILL, n_prompt - 1)));
+    for (key, nodes) in &by_step {
+        let seq: Vec<u32> = nodes.iter().map(|r| r.seq).collect();
+        assert_eq!(seq, (0..nodes.len() as u32).collect::<Vec<_>>(), "{key:?}");
+        assert!(
+            nodes.iter().any(|r| r.op == "MUL_MAT_ID"),
+            "{key:?} has expert matmuls"
+        );
+        for r in nodes {
+            assert!(!r.op.is_empty() && !r.is_layer_segment());
+            let suffix = r
+                .name
+                .rsplit_once('-')
+                .and_then(|(_, d)| d.parse::<i32>().ok());
+            assert_eq!(r.layer, suffix.unwrap_or(-1), "{r:?}");
+        }
+    }
+    sums_match_decode_wall(&rows, &metrics, n_prompt);
+}
+
+#[test]
+fn compute_trace_layers_gives_one_row_per_segment_while_streaming() {
+    let (ct, csv) = (file("ctl.csv"), file("ctl-metrics.csv"));
+    ok(&run(&[
+        "--moe-stream",
+        "--cache-mb",
+        "1",
+        "--csv",
+        arg(&csv),
+        "--compute-trace-layers",
+        arg(&ct),
+    ]));
+    let rows = compute_rows(&ct);
+    let metrics = MetricsFile::read(&csv).expect("metrics CSV parses");
+    assert_eq!(metrics.info.compute_trace_layers, Some(1));
+    let n_prompt = metrics.summaries.last().and_then(|t| t.get_u64("n_prompt"));
+    let n_prompt = n_prompt.expect("n_prompt") as i64;
+    let n_layer = tiny().info.n_layer as i32;
+    let mut by_step: BTreeMap<(u8, i64), Vec<&ComputeRow>> = BTreeMap::new();
+    for r in &rows {
+        assert!(r.is_layer_segment(), "{r:?}");
+        by_step.entry((r.phase, r.step)).or_default().push(r);
+    }
+    assert_eq!(by_step.len(), 1 + metrics.rows.len());
+    for (key, segs) in &by_step {
+        let names: Vec<&str> = segs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names.first(), Some(&"pre"), "{key:?}: {names:?}");
+        assert_eq!(names.last(), Some(&"post"), "{key:?}: {names:?}");
+        // blk.<il> rows in layer order, every layer present (routing nodes may split one)
+        let layers: Vec<i32> = segs[1..segs.len() - 1].iter().map(|r| r.layer).collect();
+        assert!(
+            layers.windows(2).all(|w| w[0] <= w[1]),
+            "{key:?}: {names:?}"
+        );
+        let distinct: BTreeSet<i32> = layers.iter().copied().collect();
+        assert_eq!(distinct, (0..n_layer).collect(), "{key:?}: {names:?}");
+        for r in &segs[1..segs.len() - 1] {
+            assert_eq!(r.name, format!("blk.{}", r.layer));
+        }
+    }
+    sums_match_decode_wall(&rows, &metrics, n_prompt);
 }

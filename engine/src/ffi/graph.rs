@@ -98,6 +98,13 @@ impl<'a> Node<'a> {
 }
 
 impl Node<'_> {
+    /// ggml's name for the node's operation (`MUL_MAT`, `RMS_NORM`, unary ops by their own name).
+    pub fn op_name(&self) -> &str {
+        // SAFETY: ggml_op_desc returns a pointer to a static NUL-terminated string.
+        let c = unsafe { CStr::from_ptr(ll::ggml_op_desc(self.t)) };
+        c.to_str().unwrap_or("?")
+    }
+
     /// The values of a 2-D or 3-D F32 node whose rows are the routing's slots
     /// (`[k, n_tokens]`, or `[1, k, n_tokens]` as `ffn_moe_weights-<il>` is), token-major,
     /// read with the node's strides. `None` for other shapes or types.
