@@ -172,6 +172,9 @@ struct RouteArgs {
     /// hot: experts listed per layer.
     #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     top: i64,
+    /// Output format (json/csv: views hot and reuse).
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
     /// Also draw the view as SVG (views hot, reuse, matrix).
     #[arg(long, value_name = "OUT.svg")]
     plot: Option<PathBuf>,
@@ -203,6 +206,20 @@ fn run_route(a: &RouteArgs) -> Result<String> {
         }
         plot::check_path(path)?;
     }
+    if a.format != Format::Text && !matches!(a.view, View::Hot | View::Reuse) {
+        return Err(AnalyzeError::Invalid {
+            message: format!(
+                "route --format {}: view `{}` has only the text format so far",
+                if a.format == Format::Json {
+                    "json"
+                } else {
+                    "csv"
+                },
+                view_name(a.view)
+            ),
+            hint: "use --format json|csv with --view hot or --view reuse".into(),
+        });
+    }
     let trace = RouteTrace::read(&a.trace, filter)?;
     let opt = route::RouteOptions {
         view: a.view,
@@ -216,7 +233,14 @@ fn run_route(a: &RouteArgs) -> Result<String> {
         },
         top: a.top,
     };
-    let text = route::render(&trace, &opt)?;
+    let text = match a.format {
+        Format::Text => route::render(&trace, &opt)?,
+        Format::Json => {
+            let (meta, tables) = route::tables(&trace, &opt)?;
+            table::to_json(meta, &tables)
+        }
+        Format::Csv => table::to_csv(&route::tables(&trace, &opt)?.1),
+    };
     if let Some(path) = &a.plot {
         let cells = route::Cells::build(&trace.rows);
         match a.view {

@@ -161,3 +161,79 @@ fn io_json_and_csv_carry_the_text_figures() {
         "size buckets cover every read"
     );
 }
+
+/// Two layers, eight experts, three decode steps (written at test time).
+const ROUTE: &str = "# route_trace v1\n# model=/m/toy.gguf arch=toy n_layer=2 n_expert=8 n_expert_used=2\n\
+# layer=0 expert_bytes=1048576 dense_bytes=0\n# layer=1 expert_bytes=1048576 dense_bytes=0\n\
+turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n\
+0,1,5,0,0,1,0.7,0,1048576\n0,1,5,0,1,2,0.3,0,1048576\n0,1,5,1,0,3,0.6,0,1048576\n0,1,5,1,1,4,0.4,0,1048576\n\
+0,1,6,0,0,1,0.8,1,0\n0,1,6,0,1,5,0.2,0,1048576\n0,1,6,1,0,3,0.5,1,0\n0,1,6,1,1,4,0.5,1,0\n\
+0,1,7,0,0,2,0.6,1,0\n0,1,7,0,1,1,0.4,1,0\n0,1,7,1,0,6,0.9,0,1048576\n0,1,7,1,1,3,0.1,1,0\n";
+
+#[test]
+fn route_hot_and_reuse_json_and_csv() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = d.path().join("t.csv");
+    std::fs::write(&p, ROUTE).expect("write trace");
+    let p = p.to_str().expect("utf-8 path");
+
+    let json: serde_json::Value = serde_json::from_str(&stdout(&[
+        "route", p, "--view", "hot", "--top", "2", "--format", "json",
+    ]))
+    .expect("valid JSON");
+    assert_eq!(json["meta"]["rows"], 12);
+    assert_eq!(json["meta"]["phase"], "decode");
+    // layer 0: expert 1 x3, expert 2 x2, expert 5 x1 -> top 2 cover 5 of 6.
+    assert_eq!(json["hot_layers"][0]["unique"], 3);
+    let cov = json["hot_layers"][0]["coverage_pct"]
+        .as_f64()
+        .expect("coverage");
+    assert!((cov - 500.0 / 6.0).abs() < 1e-9, "{cov}");
+    let text = stdout(&["route", p, "--view", "hot", "--top", "2"]);
+    assert!(text.contains("    0       3    83.3%  1:3 2:2\n"), "{text}");
+    let hot = json["hot_experts"].as_array().expect("hot_experts");
+    assert_eq!(hot.len(), 4, "top 2 of each of 2 layers");
+    assert_eq!(
+        (hot[0]["expert"].clone(), hot[0]["activations"].clone()),
+        (1.into(), 3.into())
+    );
+    let csv = stdout(&["route", p, "--view", "hot", "--top", "2", "--format", "csv"]);
+    let tables = csv_tables(&csv);
+    assert_eq!(tables[1].1, "layer,rank,expert,activations,share_pct");
+    assert_eq!(tables[1].2[0], "0,1,1,3,50.0");
+
+    let json: serde_json::Value = serde_json::from_str(&stdout(&[
+        "route", p, "--view", "reuse", "--format", "json",
+    ]))
+    .expect("valid JSON");
+    let text = stdout(&["route", p, "--view", "reuse"]);
+    for r in json["reuse"].as_array().expect("reuse table") {
+        let v = |k: &str| r[k].as_i64().expect("integer");
+        let line = format!(
+            "{:5} {:8} {:8} {:8} {:8} {:9}\n",
+            v("layer"),
+            v("n_reuse"),
+            v("p50"),
+            v("p90"),
+            v("max"),
+            v("never_2nd")
+        );
+        assert!(text.contains(&line), "text has {line:?}:\n{text}");
+    }
+    let csv = stdout(&["route", p, "--view", "reuse", "--format", "csv"]);
+    assert!(
+        csv.starts_with("# table=reuse\nlayer,n_reuse,p50,p90,max,never_2nd\n"),
+        "{csv}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
+        .args(["route", p, "--view", "cache", "--format", "json"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("hint: use --format json|csv with --view hot or --view reuse")
+    );
+}

@@ -10,6 +10,7 @@ pub use trace::{Phase, RouteFilter, RouteMeta, RouteRows, RouteTrace};
 
 use std::fmt::Write as _;
 
+use crate::table::Table;
 use crate::{AnalyzeError, Result};
 pub use matrix::{CellMode, MatrixOptions, Span};
 
@@ -175,4 +176,35 @@ pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
         out.push_str(&part?);
     }
     Ok(out)
+}
+
+/// `--format json|csv` of `route`: the header as `meta` and the tables of `view` (hot or reuse).
+pub fn tables(t: &RouteTrace, opt: &RouteOptions) -> Result<(serde_json::Value, Vec<Table>)> {
+    if t.rows.is_empty() {
+        return render(t, opt).map(|_| (serde_json::Value::Null, Vec::new()));
+    }
+    let cells = Cells::build(&t.rows);
+    let tables = match opt.view {
+        View::Hot => views::hot_tables(t, &cells, opt.top),
+        View::Reuse => {
+            let seq = views::seq_by_layer(t, &cells);
+            vec![views::reuse_table(t, &seq, &cells.layers)]
+        }
+        _ => {
+            return Err(AnalyzeError::Invalid {
+                message:
+                    "route --format json|csv is implemented for --view hot and --view reuse only"
+                        .into(),
+                hint: "pick one of those views, or use the default text format for the others"
+                    .into(),
+            });
+        }
+    };
+    let m = &t.meta;
+    let meta = serde_json::json!({
+        "model": m.model, "arch": m.arch, "n_layer": m.n_layer, "n_expert": m.n_expert,
+        "n_expert_used": m.n_expert_used, "phase": opt.filter.phase.name(), "turn": opt.filter.turn,
+        "rows": t.rows.len(), "dropped": t.n_dropped,
+    });
+    Ok((meta, tables))
 }

@@ -6,8 +6,11 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use serde_json::json;
+
 use super::{Cells, RouteTrace};
 use crate::pyfmt::{f, fw};
+use crate::table::{Table, num};
 
 const MIB: f64 = 1_048_576.0;
 
@@ -121,28 +124,9 @@ pub fn hot(out: &mut String, t: &RouteTrace, cells: &Cells, top: i64) {
     out.push_str("layer  unique coverage  expert:activations\n");
     let max_id = max_expert(t);
     for (li, &layer) in cells.layers.iter().enumerate() {
-        // (expert, count, first row in the file): ties rank by first appearance.
-        let mut index: ExpertMap<u32> = ExpertMap::new(max_id);
-        let mut counts: Vec<(u32, u64, u32)> = Vec::new();
-        for &c in &cells.by_layer[li] {
-            for &r in cells.rows(c) {
-                let e = t.rows.expert[r as usize];
-                match index.get(e) {
-                    Some(i) => {
-                        let entry = &mut counts[i as usize];
-                        entry.1 += 1;
-                        entry.2 = entry.2.min(r);
-                    }
-                    None => {
-                        index.insert(e, counts.len() as u32);
-                        counts.push((e, 1, r));
-                    }
-                }
-            }
-        }
+        let counts = hot_counts(t, cells, li, max_id);
         let total: u64 = counts.iter().map(|c| c.1).sum();
         let unique = counts.len();
-        counts.sort_by_key(|c| (std::cmp::Reverse(c.1), c.2));
         let shown = py_slice_len(counts.len(), top);
         let top_sum: u64 = counts[..shown].iter().map(|c| c.1).sum();
         let coverage = if total > 0 {
@@ -163,6 +147,66 @@ pub fn hot(out: &mut String, t: &RouteTrace, cells: &Cells, top: i64) {
     }
 }
 
+/// `hot` as tables: `hot_layers` (layer, unique, coverage_pct of the top N) and `hot_experts`
+/// (layer, rank, expert, activations, share_pct), the same figures as the text.
+#[must_use]
+pub fn hot_tables(t: &RouteTrace, cells: &Cells, top: i64) -> Vec<Table> {
+    let mut layers = Table::new("hot_layers", &["layer", "unique", "coverage_pct"]);
+    let mut experts = Table::new(
+        "hot_experts",
+        &["layer", "rank", "expert", "activations", "share_pct"],
+    );
+    let max_id = max_expert(t);
+    for (li, &layer) in cells.layers.iter().enumerate() {
+        let counts = hot_counts(t, cells, li, max_id);
+        let total = counts.iter().map(|c| c.1).sum::<u64>().max(1) as f64;
+        let shown = py_slice_len(counts.len(), top);
+        let top_sum: u64 = counts[..shown].iter().map(|c| c.1).sum();
+        layers.push(vec![
+            json!(layer),
+            json!(counts.len()),
+            num(100.0 * top_sum as f64 / total),
+        ]);
+        for (rank, (e, n, _)) in counts[..shown].iter().enumerate() {
+            experts.push(vec![
+                json!(layer),
+                json!(rank + 1),
+                json!(e),
+                json!(n),
+                num(100.0 * *n as f64 / total),
+            ]);
+        }
+    }
+    vec![layers, experts]
+}
+
+/// (expert, activations, first row) of layer `li`, most activated first; ties rank by first
+/// appearance in the file.
+fn hot_counts(t: &RouteTrace, cells: &Cells, li: usize, max_id: u32) -> Vec<(u32, u64, u32)> {
+    {
+        let mut index: ExpertMap<u32> = ExpertMap::new(max_id);
+        let mut counts: Vec<(u32, u64, u32)> = Vec::new();
+        for &c in &cells.by_layer[li] {
+            for &r in cells.rows(c) {
+                let e = t.rows.expert[r as usize];
+                match index.get(e) {
+                    Some(i) => {
+                        let entry = &mut counts[i as usize];
+                        entry.1 += 1;
+                        entry.2 = entry.2.min(r);
+                    }
+                    None => {
+                        index.insert(e, counts.len() as u32);
+                        counts.push((e, 1, r));
+                    }
+                }
+            }
+        }
+        counts.sort_by_key(|c| (std::cmp::Reverse(c.1), c.2));
+        counts
+    }
+}
+
 /// Length of Python's `xs[:n]` for a list of `len` items.
 pub(crate) fn py_slice_len(len: usize, n: i64) -> usize {
     if n >= 0 {
@@ -178,29 +222,7 @@ pub fn reuse(out: &mut String, t: &RouteTrace, seq: &Seq, layers: &[u16]) {
     out.push_str("layer  n_reuse      p50      p90      max never_2nd\n");
     let max_id = max_expert(t);
     for (li, &layer) in layers.iter().enumerate().take(seq.n_layers()) {
-        let positions = seq.layer(li);
-        let mut last: ExpertMap<(usize, u32)> = ExpertMap::new(max_id);
-        let mut dists: Vec<usize> = Vec::new();
-        let mut seen_ids: Vec<u32> = Vec::new();
-        for (idx, ids) in positions.iter().enumerate() {
-            for &e in ids.iter() {
-                match last.get(e) {
-                    Some((p, uses)) => {
-                        dists.push(idx - p);
-                        last.insert(e, (idx, uses + 1));
-                    }
-                    None => {
-                        seen_ids.push(e);
-                        last.insert(e, (idx, 1));
-                    }
-                }
-            }
-        }
-        let never_2nd = seen_ids
-            .iter()
-            .filter(|&&e| last.get(e).is_some_and(|(_, u)| u == 1))
-            .count();
-        dists.sort_unstable();
+        let (dists, never_2nd) = reuse_stats(seq, li, max_id);
         if dists.is_empty() {
             let _ = writeln!(
                 out,
@@ -222,6 +244,65 @@ pub fn reuse(out: &mut String, t: &RouteTrace, seq: &Seq, layers: &[u16]) {
     out.push_str(
         "\nnever_2nd = experts this layer routed exactly once (pure cache pollution under LRU).\n",
     );
+}
+
+/// Sorted reuse distances of layer `li` and how many of its experts were routed exactly once.
+fn reuse_stats(seq: &Seq, li: usize, max_id: u32) -> (Vec<usize>, usize) {
+    let positions = seq.layer(li);
+    let mut last: ExpertMap<(usize, u32)> = ExpertMap::new(max_id);
+    let mut dists: Vec<usize> = Vec::new();
+    let mut seen_ids: Vec<u32> = Vec::new();
+    for (idx, ids) in positions.iter().enumerate() {
+        for &e in ids.iter() {
+            match last.get(e) {
+                Some((p, uses)) => {
+                    dists.push(idx - p);
+                    last.insert(e, (idx, uses + 1));
+                }
+                None => {
+                    seen_ids.push(e);
+                    last.insert(e, (idx, 1));
+                }
+            }
+        }
+    }
+    let never_2nd = seen_ids
+        .iter()
+        .filter(|&&e| last.get(e).is_some_and(|(_, u)| u == 1))
+        .count();
+    dists.sort_unstable();
+    (dists, never_2nd)
+}
+
+/// `reuse` as a table `reuse` (layer, n_reuse, p50, p90, max, never_2nd): the text's figures,
+/// `null` percentiles for a layer without reuses.
+#[must_use]
+pub fn reuse_table(t: &RouteTrace, seq: &Seq, layers: &[u16]) -> Table {
+    let mut table = Table::new(
+        "reuse",
+        &["layer", "n_reuse", "p50", "p90", "max", "never_2nd"],
+    );
+    let max_id = max_expert(t);
+    for (li, &layer) in layers.iter().enumerate().take(seq.n_layers()) {
+        let (dists, never_2nd) = reuse_stats(seq, li, max_id);
+        let n = dists.len();
+        let p = |q: f64| {
+            if n == 0 {
+                serde_json::Value::Null
+            } else {
+                json!(dists[((q * n as f64).floor() as usize).min(n - 1)])
+            }
+        };
+        table.push(vec![
+            json!(layer),
+            json!(n),
+            p(0.5),
+            p(0.9),
+            dists.last().map_or(serde_json::Value::Null, |m| json!(m)),
+            json!(never_2nd),
+        ]);
+    }
+    table
 }
 
 fn intersection_len(a: &[u32], b: &[u32]) -> usize {
