@@ -10,8 +10,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
+use serde_json::json;
+
 use crate::pyfmt::f;
 use crate::route::RouteTrace;
+use crate::table::{Table, num};
 
 const FRACS: [f64; 4] = [0.25, 0.5, 0.75, 1.0];
 
@@ -52,7 +55,45 @@ fn pct(a: f64, b: f64) -> f64 {
     if b == 0.0 { 0.0 } else { 100.0 * a / b }
 }
 
-fn report_phase(out: &mut String, label: &str, cells: &[Vec<Entry>], k: i64) {
+/// The figures of the report as rows of two tables, one row per (file, phase, setting).
+#[derive(Debug, Clone)]
+pub struct DropTables {
+    /// `threshold` (file, phase, frac, thr_pct, io_saved_pct, mass_lost_pct).
+    pub threshold: Table,
+    /// `static_k` (file, phase, keep_k, io_saved_pct, mass_lost_pct).
+    pub static_k: Table,
+}
+
+impl Default for DropTables {
+    fn default() -> Self {
+        Self {
+            threshold: Table::new(
+                "threshold",
+                &[
+                    "file",
+                    "phase",
+                    "frac",
+                    "thr_pct",
+                    "io_saved_pct",
+                    "mass_lost_pct",
+                ],
+            ),
+            static_k: Table::new(
+                "static_k",
+                &["file", "phase", "keep_k", "io_saved_pct", "mass_lost_pct"],
+            ),
+        }
+    }
+}
+
+fn report_phase(
+    out: &mut String,
+    label: &str,
+    cells: &[Vec<Entry>],
+    k: i64,
+    (name, tables): (&str, &mut DropTables),
+) {
+    let phase = label.to_lowercase();
     if cells.is_empty() {
         let _ = writeln!(out, "\n[{label}] no rows");
         return;
@@ -118,6 +159,14 @@ fn report_phase(out: &mut String, label: &str, cells: &[Vec<Entry>], k: i64) {
             }
             *hist.entry(kept).or_default() += 1;
         }
+        tables.threshold.push(vec![
+            json!(name),
+            json!(phase),
+            num(frac),
+            num(100.0 * thr),
+            num(pct(drop_b as f64, miss_b as f64)),
+            num(pct(lost, total)),
+        ]);
         let h: Vec<String> = hist
             .iter()
             .map(|(kept, n)| format!("{kept}:{}%", f(pct(*n as f64, cells.len() as f64), 0)))
@@ -154,6 +203,13 @@ fn report_phase(out: &mut String, label: &str, cells: &[Vec<Entry>], k: i64) {
                 }
             }
         }
+        tables.static_k.push(vec![
+            json!(name),
+            json!(phase),
+            json!(keep),
+            num(pct(drop_b as f64, miss_b as f64)),
+            num(pct(lost, total)),
+        ]);
         let _ = writeln!(
             out,
             "  {keep:6}  {}%  {}%",
@@ -167,6 +223,11 @@ fn report_phase(out: &mut String, label: &str, cells: &[Vec<Entry>], k: i64) {
 /// threshold is a fraction of 1/k, so there is nothing to replay).
 #[must_use]
 pub fn report(t: &RouteTrace) -> Option<String> {
+    report_with_tables(t, &mut DropTables::default())
+}
+
+/// [`report`], also appending its figures (unrounded) to `tables`.
+pub fn report_with_tables(t: &RouteTrace, tables: &mut DropTables) -> Option<String> {
     let k = t.meta.n_expert_used;
     if k <= 0 {
         return None;
@@ -184,8 +245,8 @@ pub fn report(t: &RouteTrace) -> Option<String> {
         "{bar}\n{name}   arch={}  n_expert={}  k={k}\n{bar}",
         t.meta.arch, t.meta.n_expert
     );
-    report_phase(&mut out, "DECODE", &phase_cells(t, 1), k);
-    report_phase(&mut out, "PREFILL", &phase_cells(t, 0), k);
+    report_phase(&mut out, "DECODE", &phase_cells(t, 1), k, (&name, tables));
+    report_phase(&mut out, "PREFILL", &phase_cells(t, 0), k, (&name, tables));
     out.push('\n');
     Some(out)
 }

@@ -131,6 +131,9 @@ struct DropArgs {
     /// Route traces.
     #[arg(required = true)]
     traces: Vec<PathBuf>,
+    /// Output format (json/csv: the threshold and static-k tables, one row per file and phase).
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -307,6 +310,7 @@ fn run_replay(a: &ReplayArgs) -> Result<String> {
 fn run_drop(a: &DropArgs) -> Result<String> {
     let mut out = String::new();
     let mut errors: Vec<AnalyzeError> = Vec::new();
+    let mut tables = drop::DropTables::default();
     for path in &a.traces {
         let result = RouteTrace::read_meta(path).and_then(|meta| {
             if meta.n_expert_used <= 0 {
@@ -316,11 +320,19 @@ fn run_drop(a: &DropArgs) -> Result<String> {
                 });
             }
             let t = RouteTrace::read(path, RouteFilter { turn: None, phase: Phase::All, all_columns: true })?;
-            Ok(drop::report(&t).unwrap_or_default())
+            Ok(drop::report_with_tables(&t, &mut tables).unwrap_or_default())
         });
         match result {
             Ok(text) => out.push_str(&text),
             Err(e) => errors.push(e),
+        }
+    }
+    let tables = [tables.threshold, tables.static_k];
+    if !out.is_empty() {
+        match a.format {
+            Format::Text => {}
+            Format::Json => out = table::to_json(serde_json::json!({"files": a.traces}), &tables),
+            Format::Csv => out = table::to_csv(&tables),
         }
     }
     if errors.is_empty() {

@@ -237,3 +237,41 @@ fn route_hot_and_reuse_json_and_csv() {
             .contains("hint: use --format json|csv with --view hot or --view reuse")
     );
 }
+
+#[test]
+fn drop_json_and_csv_carry_the_text_figures() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = d.path().join("t.csv");
+    std::fs::write(&p, ROUTE).expect("write trace");
+    let p = p.to_str().expect("utf-8 path");
+    let text = stdout(&["drop", p]);
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&["drop", p, "--format", "json"])).expect("valid JSON");
+    let thr = json["threshold"].as_array().expect("threshold table");
+    // 4 fractions x 2 phases (prefill has no rows here, so decode only).
+    assert_eq!(thr.len(), 4);
+    for r in thr {
+        assert_eq!(r["file"], "t.csv");
+        assert_eq!(r["phase"], "decode");
+        let line = format!(
+            "  {:6.2}  {:7.2}%  {:8.1}%  {:9.2}%",
+            r["frac"].as_f64().expect("frac"),
+            r["thr_pct"].as_f64().expect("thr"),
+            r["io_saved_pct"].as_f64().expect("io"),
+            r["mass_lost_pct"].as_f64().expect("mass")
+        );
+        assert!(text.contains(&line), "text has {line:?}:\n{text}");
+    }
+    let static_k = json["static_k"].as_array().expect("static_k table");
+    assert_eq!(static_k.len(), 1, "k=2 -> keep_k 1 only");
+    assert_eq!(static_k[0]["keep_k"], 1);
+    let csv = stdout(&["drop", p, "--format", "csv"]);
+    let tables = csv_tables(&csv);
+    assert_eq!(
+        tables[0].1,
+        "file,phase,frac,thr_pct,io_saved_pct,mass_lost_pct"
+    );
+    assert_eq!(tables[0].2.len(), 4);
+    assert_eq!(tables[1].0, "static_k");
+    assert!(tables[1].2[0].starts_with("t.csv,decode,1,"), "{csv}");
+}
