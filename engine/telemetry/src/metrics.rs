@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use crate::cell::{Cell, SHORTEST};
 use crate::error::{Error, Result};
 use crate::kv::{KvMap, format_pair, parse_kv_line};
-use crate::table::{Line, Preamble, TableReader, Truncated, opt_cell};
+use crate::table::{Line, Preamble, RowCursor, TableReader, Truncated, opt_cell};
 
 /// The magic first line of a v2 file.
 pub const MAGIC_V2: &str = "# bmoe_metrics v2";
@@ -592,9 +592,7 @@ pub struct MetricsReader<R> {
     map: [Option<usize>; 29],
     summaries: Vec<SummaryTrailer>,
     comments: Vec<(u64, String)>,
-    truncated: Option<Truncated>,
-    rows: u64,
-    done: bool,
+    cursor: RowCursor,
 }
 
 impl MetricsReader<BufReader<File>> {
@@ -649,9 +647,7 @@ impl<R: BufRead> MetricsReader<R> {
             map,
             summaries: Vec::new(),
             comments: Vec::new(),
-            truncated: cut,
-            rows: 0,
-            done: false,
+            cursor: RowCursor::new(cut),
         })
     }
 
@@ -688,12 +684,12 @@ impl<R: BufRead> MetricsReader<R> {
     /// Set when the file's last line was cut short (no newline and unreadable): every row
     /// before it was returned; this one was not.
     pub fn truncated(&self) -> Option<&Truncated> {
-        self.truncated.as_ref()
+        self.cursor.truncated.as_ref()
     }
 
     /// Rows returned so far.
     pub fn rows_read(&self) -> u64 {
-        self.rows
+        self.cursor.rows
     }
 
     /// The label errors use.
@@ -719,31 +715,11 @@ impl<R: BufRead> Iterator for MetricsReader<R> {
     type Item = Result<TokenRow>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
+        if self.cursor.done() {
             return None;
         }
-        match self.next_row() {
-            Ok(Some(r)) => {
-                self.rows += 1;
-                Some(Ok(r))
-            }
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                if !self.table.last_line_complete() && !matches!(e, Error::Io { .. }) {
-                    self.truncated = Some(Truncated {
-                        line: self.table.line_no(),
-                        reason: e.to_string(),
-                    });
-                    None
-                } else {
-                    Some(Err(e))
-                }
-            }
-        }
+        let step = self.next_row();
+        self.cursor.settle(step, &self.table)
     }
 }
 
@@ -778,7 +754,7 @@ impl MetricsFile {
             header: r.header().to_vec(),
             rows,
             summaries: r.summaries,
-            truncated: r.truncated,
+            truncated: r.cursor.truncated,
         })
     }
 }

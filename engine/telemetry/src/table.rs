@@ -412,6 +412,65 @@ pub struct Truncated {
     pub reason: String,
 }
 
+/// Where a typed row iterator stands: rows returned, whether it has ended, and the truncation
+/// it found. Every reader of this crate steps through it, so the end-of-file rule — an error on
+/// a last line that has no newline is a cut-short file, reported by `truncated()`, not a
+/// failure — is stated once.
+#[derive(Debug)]
+pub(crate) struct RowCursor {
+    /// The cut-short last line, when there was one.
+    pub(crate) truncated: Option<Truncated>,
+    /// Rows returned so far.
+    pub(crate) rows: u64,
+    done: bool,
+}
+
+impl RowCursor {
+    /// A cursor at the first row; `truncated` carries a cut found while reading the preamble.
+    pub(crate) fn new(truncated: Option<Truncated>) -> Self {
+        RowCursor {
+            truncated,
+            rows: 0,
+            done: false,
+        }
+    }
+
+    /// Whether the iterator has ended (end of data or an error already returned).
+    pub(crate) fn done(&self) -> bool {
+        self.done
+    }
+
+    /// Turns one read attempt into what `Iterator::next` returns, applying the end-of-file rule.
+    pub(crate) fn settle<R: BufRead, T>(
+        &mut self,
+        step: Result<Option<T>>,
+        table: &TableReader<R>,
+    ) -> Option<Result<T>> {
+        match step {
+            Ok(Some(row)) => {
+                self.rows += 1;
+                Some(Ok(row))
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                if !table.last_line_complete() && !matches!(e, Error::Io { .. }) {
+                    self.truncated = Some(Truncated {
+                        line: table.line_no(),
+                        reason: e.to_string(),
+                    });
+                    None
+                } else {
+                    Some(Err(e))
+                }
+            }
+        }
+    }
+}
+
 /// Reads an optional column: `Ok(None)` when the header lacks it or the cell is empty.
 pub(crate) fn opt_cell<T: crate::cell::Cell>(
     idx: Option<usize>,

@@ -50,7 +50,7 @@ use crate::cell::{Cell, SHORTEST};
 use crate::error::{Error, Result};
 use crate::kv::{KvMap, format_pair, parse_kv_line};
 use crate::table::{
-    Fields, Line, Preamble, TableReader, Truncated, opt_cell, quote_field, req_cell,
+    Fields, Line, Preamble, RowCursor, TableReader, Truncated, opt_cell, quote_field, req_cell,
 };
 
 /// `phase` value of a prefill row (one batched decode over many tokens).
@@ -589,9 +589,7 @@ pub struct TraceReader<R, T: TraceRow> {
     path: PathBuf,
     info: T::Info,
     map: Vec<Option<usize>>,
-    truncated: Option<Truncated>,
-    rows: u64,
-    done: bool,
+    cursor: RowCursor,
     _row: PhantomData<T>,
 }
 
@@ -657,9 +655,7 @@ impl<R: BufRead, T: TraceRow> TraceReader<R, T> {
             table,
             info,
             map,
-            truncated: cut,
-            rows: 0,
-            done: false,
+            cursor: RowCursor::new(cut),
             _row: PhantomData,
         })
     }
@@ -686,12 +682,12 @@ impl<R: BufRead, T: TraceRow> TraceReader<R, T> {
 
     /// Set when the last line was cut short; every row before it was returned.
     pub fn truncated(&self) -> Option<&Truncated> {
-        self.truncated.as_ref()
+        self.cursor.truncated.as_ref()
     }
 
     /// Rows returned so far.
     pub fn rows_read(&self) -> u64 {
-        self.rows
+        self.cursor.rows
     }
 
     fn next_row(&mut self) -> Result<Option<T>> {
@@ -710,31 +706,11 @@ impl<R: BufRead, T: TraceRow> Iterator for TraceReader<R, T> {
     type Item = Result<T>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
+        if self.cursor.done() {
             return None;
         }
-        match self.next_row() {
-            Ok(Some(r)) => {
-                self.rows += 1;
-                Some(Ok(r))
-            }
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                if !self.table.last_line_complete() && !matches!(e, Error::Io { .. }) {
-                    self.truncated = Some(Truncated {
-                        line: self.table.line_no(),
-                        reason: e.to_string(),
-                    });
-                    None
-                } else {
-                    Some(Err(e))
-                }
-            }
-        }
+        let step = self.next_row();
+        self.cursor.settle(step, &self.table)
     }
 }
 
