@@ -102,9 +102,16 @@ fn report_matches_hand_computed_statistics() {
     assert_eq!(a["runs"], 2);
     assert!(close(&a["tok_s"], mean), "{a}");
     assert!(close(&a["tok_s_sd"], sd), "{a}");
+    // Two runs: the t interval is computed but is not a result (it even reaches below 0).
     assert!(
-        close(&a["reps_ci"][0], mean - half) && close(&a["reps_ci"][1], mean + half),
+        close(&a["reps_ci_raw"][0], mean - half) && close(&a["reps_ci_raw"][1], mean + half),
         "{a}"
+    );
+    assert!(mean - half < 0.0);
+    assert!(a["reps_ci"].is_null(), "{a}");
+    assert_eq!(
+        a["reps_ci_note"],
+        "uninformative: 2 runs (< 3), lower bound below 0 for a positive rate"
     );
     // Pooled walls 100, 200, 100, 100 ms: every bootstrap mean lies in [100, 200] ms.
     let (lo, hi) = (
@@ -144,6 +151,7 @@ fn report_matches_hand_computed_statistics() {
     let r = &b["vs_baseline"];
     assert!(close(&r["ratio"], 20.0 / mean), "{r}");
     assert_eq!(r["method"], "repetitions");
+    assert_eq!(r["note"], "uninformative: 2 runs on a side (< 3)");
     assert!(
         r["low"].as_f64().expect("low") >= 2.0 - 1e-12
             && r["high"].as_f64().expect("high") <= 3.0 + 1e-12,
@@ -158,15 +166,49 @@ fn report_matches_hand_computed_statistics() {
         "{md}"
     );
     assert!(md.contains("stochastic (temp>0)"), "{md}");
+    // Neither the t interval nor the ratio interval is presented as a result.
+    assert!(
+        md.contains(&format!(
+            "| a | 2 | {:.3} ± {:.3} | uninformative¹ |",
+            mean, sd
+        )),
+        "{md}"
+    );
+    assert!(
+        md.contains(&format!(
+            "¹ `a`: uninformative: 2 runs (< 3), lower bound below 0 for a positive rate; Student t gives {:.2}–{:.2} tok/s.",
+            mean - half,
+            mean + half
+        )),
+        "{md}"
+    );
+    // footnotes in row order: a's interval, a's ratio, b's interval, b's ratio
+    let (ok, md, _) = report(root, &["--baseline", "a"]);
+    assert!(ok);
+    assert!(
+        md.contains(&format!("{:.3}× (CI uninformative⁴)", 20.0 / mean)),
+        "{md}"
+    );
+    assert!(
+        md.contains("⁴ `b` vs `a`: uninformative: 2 runs on a side (< 3); the bootstrap gives ["),
+        "{md}"
+    );
     let (ok, csv, _) = report(root, &["-f", "csv"]);
     assert!(ok);
     assert!(
         csv.lines()
             .nth(2)
             .expect("row b")
-            .starts_with("s,tiny,local,b,cache=8,2,20,0,"),
+            .starts_with("s,tiny,local,b,cache=8,2,20,0,,,"),
         "{csv}"
     );
+    let header: Vec<&str> = csv.lines().next().expect("header").split(',').collect();
+    let row_a: Vec<&str> = csv.lines().nth(1).expect("row a").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    assert_eq!(row_a[col("ci_reps_lo")], "");
+    assert!(row_a[col("ci_reps_raw_lo")].starts_with('-'), "{csv}");
+    assert!(row_a[col("ci_reps_note")].starts_with("\"uninformative: 2 runs"));
+    assert_eq!(row_a[col("ratio_lo")], "");
 
     // A baseline that does not exist is an error with a hint.
     let (ok, _, err) = report(root, &["--baseline", "zzz"]);
@@ -174,5 +216,56 @@ fn report_matches_hand_computed_statistics() {
     assert!(
         err.contains("baseline cell `zzz`") && err.contains("hint: cells: a, b"),
         "{err}"
+    );
+}
+
+#[test]
+fn across_run_intervals_are_results_only_when_informative() {
+    let t = tempfile::tempdir().expect("tmp");
+    let root = t.path();
+    // cell a: 9, 10, 11 tok/s (one 1000/x ms token each); cell b: 1, 10, 19 tok/s.
+    let mut recs = Vec::new();
+    for (cell, rates) in [("a", [9.0, 10.0, 11.0]), ("b", [1.0, 10.0, 19.0])] {
+        for (i, r) in rates.iter().enumerate() {
+            let rep = format!("r{}", i + 1);
+            write_run(
+                root,
+                &format!("s/{cell}/{rep}"),
+                &[1000.0 / r],
+                &[1.0],
+                0.0,
+                None,
+            );
+            recs.push(record(recs.len(), cell, &rep, false));
+        }
+    }
+    let text: String = recs.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(root.join("results.jsonl"), text).expect("jsonl");
+
+    let (ok, out, err) = report(root, &["-f", "json"]);
+    assert!(ok, "{err}");
+    let cells: Vec<Value> = serde_json::from_str(&out).expect("json");
+    // a: 10 ± t(2) × 1 / √3 = 10 ± 2.484
+    let h = 4.303 / 3f64.sqrt();
+    let lo = cells[0]["reps_ci"][0].as_f64().expect("a is a result");
+    // (the CSV keeps wall_ms to 3 decimals: 111.111 ms is 9.000009 tok/s)
+    assert!((lo - (10.0 - h)).abs() < 1e-4, "{}", cells[0]);
+    assert!(cells[0]["reps_ci_note"].is_null());
+    // b: 10 ± 4.303 × 9 / √3 = 10 ± 22.4: three runs, but the bound below 0 gives it away.
+    assert!(cells[1]["reps_ci"].is_null(), "{}", cells[1]);
+    assert_eq!(
+        cells[1]["reps_ci_note"],
+        "uninformative: lower bound below 0 for a positive rate"
+    );
+    let (ok, md, _) = report(root, &[]);
+    assert!(ok);
+    assert!(
+        md.contains("| a | 3 | 10.00 ± 1.000 | 7.516–12.48 |"),
+        "{md}"
+    );
+    assert!(md.contains("± 9.000 | uninformative¹ |"), "{md}");
+    assert!(
+        md.contains("¹ `b`: uninformative: lower bound below 0"),
+        "{md}"
     );
 }

@@ -166,8 +166,13 @@ fn local_grid_writes_every_artifact_in_order() {
     let md_text = String::from_utf8_lossy(&md.stdout);
     assert!(md_text.contains("| c4_ovtrue | 2 |"), "{md_text}");
     assert!(
-        md_text.contains("1.000× [1.000, 1.000]"),
-        "identical runs give ratio 1: {md_text}"
+        md_text.contains("1.000× (CI uninformative"),
+        "identical runs give ratio 1, and 2 runs a side give no interval: {md_text}"
+    );
+    assert!(
+        md_text
+            .contains("uninformative: 2 runs on a side (< 3); the bootstrap gives [1.000, 1.000]"),
+        "{md_text}"
     );
     assert!(t.path().join("plots/tok_s-grid-tiny.svg").is_file());
     assert!(

@@ -226,6 +226,22 @@ pub fn skeleton(r: &Report) -> String {
             any = true;
         }
     }
+    let flagged: Vec<String> = r
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let why = row.stats.reps_ci_note.as_ref()?;
+            Some(format!("`{}` ({why})", row.cell))
+        })
+        .collect();
+    if !flagged.is_empty() {
+        let _ = writeln!(
+            s,
+            "- across-run intervals not reported as results: {}. Run at least 3 repetitions.",
+            flagged.join(", ")
+        );
+        any = true;
+    }
     if r.rows.iter().any(|row| row.stats.runs == 1) {
         let _ = writeln!(
             s,

@@ -26,6 +26,31 @@ fn range(r: Option<(f64, f64)>) -> String {
     r.map_or("—".into(), |(a, b)| format!("{}–{}", num(a), num(b)))
 }
 
+/// Superscript footnote mark `n` (1-based).
+fn sup(n: usize) -> String {
+    const DIGITS: [char; 10] = ['⁰', '¹', '²', '³', '⁴', '⁵', '⁶', '⁷', '⁸', '⁹'];
+    n.to_string()
+        .bytes()
+        .map(|b| DIGITS[usize::from(b - b'0')])
+        .collect()
+}
+
+/// The across-run interval cell: the interval when it is a result, else `uninformative` with a
+/// footnote (pushed onto `notes`) that gives the reason and the raw bounds.
+fn across_runs(st: &super::stats::CellStats, notes: &mut Vec<String>, cell: &str) -> String {
+    match (&st.reps_ci_note, st.reps_ci_raw) {
+        (Some(why), Some((lo, hi))) => {
+            notes.push(format!(
+                "`{cell}`: {why}; Student t gives {}–{} tok/s",
+                num(lo),
+                num(hi)
+            ));
+            format!("uninformative{}", sup(notes.len()))
+        }
+        _ => range(st.reps_ci),
+    }
+}
+
 fn groups(report: &Report) -> IndexMap<(String, String, String), Vec<&CellRow>> {
     let mut g: IndexMap<(String, String, String), Vec<&CellRow>> = IndexMap::new();
     for r in &report.rows {
@@ -56,6 +81,7 @@ pub fn markdown(report: &Report) -> String {
         }
         let _ = writeln!(s, "{head}\n{rule}");
         let mut excluded = Vec::new();
+        let mut notes: Vec<String> = Vec::new();
         for r in rows {
             let st = &r.stats;
             let tps = if st.runs == 0 {
@@ -71,7 +97,7 @@ pub fn markdown(report: &Report) -> String {
                 r.cell,
                 st.runs,
                 tps,
-                range(st.reps_ci),
+                across_runs(st, &mut notes, &r.cell),
                 range(st.within_ci),
                 if st.runs == 0 {
                     "—".into()
@@ -101,15 +127,28 @@ pub fn markdown(report: &Report) -> String {
                 },
             );
             if base.is_some() {
-                let v = r.vs_baseline.as_ref().map_or("—".into(), |x| {
-                    format!(
-                        "{:.3}× [{:.3}, {:.3}]{}",
-                        x.ratio,
-                        x.low,
-                        x.high,
-                        if x.method == "tokens" { "ᵗ" } else { "" }
-                    )
-                });
+                let v = r
+                    .vs_baseline
+                    .as_ref()
+                    .map_or("—".into(), |x| match &x.note {
+                        Some(why) => {
+                            notes.push(format!(
+                                "`{}` vs `{}`: {why}; the bootstrap gives [{:.3}, {:.3}]",
+                                r.cell,
+                                base.unwrap_or_default(),
+                                x.low,
+                                x.high
+                            ));
+                            format!("{:.3}× (CI uninformative{})", x.ratio, sup(notes.len()))
+                        }
+                        None => format!(
+                            "{:.3}× [{:.3}, {:.3}]{}",
+                            x.ratio,
+                            x.low,
+                            x.high,
+                            if x.method == "tokens" { "ᵗ" } else { "" }
+                        ),
+                    });
                 let _ = write!(s, " {v} |");
             }
             s.push('\n');
@@ -118,6 +157,12 @@ pub fn markdown(report: &Report) -> String {
             }
         }
         s.push('\n');
+        for (i, n) in notes.iter().enumerate() {
+            let _ = writeln!(s, "{} {n}.", sup(i + 1));
+        }
+        if !notes.is_empty() {
+            s.push('\n');
+        }
         if !excluded.is_empty() {
             let _ = writeln!(s, "Not averaged: {}.\n", excluded.join("; "));
         }
@@ -138,7 +183,8 @@ pub fn markdown(report: &Report) -> String {
     let _ = writeln!(
         s,
         "tok/s = tokens / Σ decode wall per run (first {trim} token(s) trimmed), averaged over runs; sd = sample standard deviation across runs. \
-CI across runs: Student t over the per-run tok/s (needs ≥ 2 runs). CI within runs: percentile bootstrap of the mean wall_ms over \
+CI across runs: Student t over the per-run tok/s, reported only from 3 runs on and with a lower bound above 0 \
+(otherwise it is marked uninformative and its bounds are given in a note, not as a result). CI within runs: percentile bootstrap of the mean wall_ms over \
 every token of the cell's runs ({} resamples, seed {}); tokens are autocorrelated, so it is narrower than the truth.{}\n",
         report.boot.resamples,
         report.boot.seed,
@@ -166,11 +212,13 @@ fn opt(x: Option<f64>) -> String {
 /// One CSV row per cell.
 pub fn csv(report: &Report) -> String {
     let mut s = String::from(
-        "sweep,model,device,cell,axes,runs,avg_ts,stddev_ts,ci_reps_lo,ci_reps_hi,ci_tokens_lo,ci_tokens_hi,flash_mib_tok,hit_pct,compute_s_tok,io_s_tok,stall_s_tok,mgmt_s_tok,tokens,ratio,ratio_lo,ratio_hi,ratio_method,excluded,engine\n",
+        "sweep,model,device,cell,axes,runs,avg_ts,stddev_ts,ci_reps_lo,ci_reps_hi,ci_tokens_lo,ci_tokens_hi,flash_mib_tok,hit_pct,compute_s_tok,io_s_tok,stall_s_tok,mgmt_s_tok,tokens,ratio,ratio_lo,ratio_hi,ratio_method,excluded,engine,ci_reps_raw_lo,ci_reps_raw_hi,ci_reps_note,ratio_note\n",
     );
     for r in &report.rows {
         let st = &r.stats;
         let axes: Vec<String> = r.axes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        // An interval flagged as uninformative is not written where a result is expected.
+        let ratio_ci = r.vs_baseline.as_ref().filter(|x| x.note.is_none());
         let fields = [
             r.sweep.clone(),
             r.model.clone(),
@@ -192,13 +240,23 @@ pub fn csv(report: &Report) -> String {
             format!("{}", st.mgmt_s_tok),
             format!("{}", st.tokens),
             opt(r.vs_baseline.as_ref().map(|x| x.ratio)),
-            opt(r.vs_baseline.as_ref().map(|x| x.low)),
-            opt(r.vs_baseline.as_ref().map(|x| x.high)),
+            opt(ratio_ci.map(|x| x.low)),
+            opt(ratio_ci.map(|x| x.high)),
             r.vs_baseline
                 .as_ref()
                 .map_or(String::new(), |x| x.method.to_string()),
             r.excluded.len().to_string(),
             r.engine.clone().unwrap_or_default(),
+            opt(st.reps_ci_raw.map(|c| c.0)),
+            opt(st.reps_ci_raw.map(|c| c.1)),
+            st.reps_ci_note.clone().unwrap_or_default(),
+            r.vs_baseline
+                .as_ref()
+                .and_then(|x| {
+                    let why = x.note.as_ref()?;
+                    Some(format!("{why}; bootstrap {}–{}", x.low, x.high))
+                })
+                .unwrap_or_default(),
         ];
         let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
         s.push_str(&line.join(","));

@@ -148,6 +148,25 @@ pub fn stddev(v: &[f64]) -> f64 {
     (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
 }
 
+/// Fewest runs for which a Student-t interval is reported as a result. With 2 runs the
+/// quantile is 12.7 and the interval is essentially the range of two numbers stretched ninefold:
+/// it routinely reaches below 0 for a rate, which no reader should take as a finding.
+pub const MIN_RUNS_FOR_CI: usize = 3;
+
+/// Why an across-run interval over `n` runs of a positive quantity is uninformative, or `None`
+/// when it can be presented as a result: fewer than [`MIN_RUNS_FOR_CI`] runs, or a lower bound
+/// below 0 (the quantity cannot be negative, so the normal approximation has broken down).
+pub fn interval_caveat(n: usize, (low, _high): (f64, f64)) -> Option<String> {
+    let mut why = Vec::new();
+    if n < MIN_RUNS_FOR_CI {
+        why.push(format!("{n} runs (< {MIN_RUNS_FOR_CI})"));
+    }
+    if low < 0.0 {
+        why.push("lower bound below 0 for a positive rate".to_string());
+    }
+    (!why.is_empty()).then(|| format!("uninformative: {}", why.join(", ")))
+}
+
 /// A cell's aggregate over its (benchmark) runs.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CellStats {
@@ -159,8 +178,14 @@ pub struct CellStats {
     pub tok_s: f64,
     /// Sample standard deviation of per-run tok/s.
     pub tok_s_sd: f64,
-    /// 95 % Student-t interval across repetitions (needs ≥ 2 runs).
+    /// 95 % Student-t interval across repetitions, only when it is informative (see
+    /// [`interval_caveat`]); `None` otherwise.
     pub reps_ci: Option<(f64, f64)>,
+    /// The Student-t interval as computed (≥ 2 runs), informative or not.
+    pub reps_ci_raw: Option<(f64, f64)>,
+    /// Why the across-run interval is not a result (too few runs, a negative lower bound);
+    /// `None` when it is one, or when there is no interval at all (one run).
+    pub reps_ci_note: Option<String>,
     /// Bootstrap interval of tok/s over the tokens of every run (pooled), i.e. within-run.
     pub within_ci: Option<(f64, f64)>,
     /// Mean flash MiB/token.
@@ -185,10 +210,12 @@ pub fn aggregate(runs: &[&RunStats], boot: Boot) -> CellStats {
     let n = samples.len();
     let m = mean(&samples);
     let sd = stddev(&samples);
-    let reps_ci = (n >= 2).then(|| {
+    let reps_ci_raw = (n >= 2).then(|| {
         let h = t975(n - 1) * sd / (n as f64).sqrt();
         (m - h, m + h)
     });
+    let reps_ci_note = reps_ci_raw.and_then(|ci| interval_caveat(n, ci));
+    let reps_ci = reps_ci_raw.filter(|_| reps_ci_note.is_none());
     let pooled: Vec<f64> = runs
         .iter()
         .flat_map(|r| r.wall_ms.iter().copied())
@@ -203,6 +230,8 @@ pub fn aggregate(runs: &[&RunStats], boot: Boot) -> CellStats {
         tok_s: m,
         tok_s_sd: sd,
         reps_ci,
+        reps_ci_raw,
+        reps_ci_note,
         within_ci,
         flash_mib_tok: avg(|r| r.flash_mib_tok),
         hit_pct: (!hits.is_empty()).then(|| mean(&hits)),
@@ -225,6 +254,9 @@ pub struct Ratio {
     pub high: f64,
     /// `repetitions` (bootstrap over per-run tok/s) or `tokens` (bootstrap over per-token wall).
     pub method: &'static str,
+    /// Why the interval is not a result (a bootstrap over fewer than [`MIN_RUNS_FOR_CI`] runs
+    /// on a side can only draw a handful of distinct means); `None` when it is one.
+    pub note: Option<String>,
 }
 
 /// tok/s ratio of `cell` over `base`: across repetitions when both have ≥ 2 runs, else over
@@ -234,11 +266,14 @@ pub fn ratio(cell: &[&RunStats], base: &[&RunStats], boot: Boot) -> Option<Ratio
         let a: Vec<f64> = cell.iter().map(|r| r.tok_s).collect();
         let b: Vec<f64> = base.iter().map(|r| r.tok_s).collect();
         let ci = bootstrap_ratio_of_means_ci(&a, &b, boot.resamples, boot.level, boot.seed)?;
+        let fewest = cell.len().min(base.len());
         return Some(Ratio {
             ratio: ci.estimate,
             low: ci.low,
             high: ci.high,
             method: "repetitions",
+            note: (fewest < MIN_RUNS_FOR_CI)
+                .then(|| format!("uninformative: {fewest} runs on a side (< {MIN_RUNS_FOR_CI})")),
         });
     }
     let a: Vec<f64> = base
@@ -255,6 +290,7 @@ pub fn ratio(cell: &[&RunStats], base: &[&RunStats], boot: Boot) -> Option<Ratio
         low: ci.low,
         high: ci.high,
         method: "tokens",
+        note: None,
     })
 }
 
@@ -292,8 +328,55 @@ mod tests {
         let c = aggregate(&[&r1, &r2], boot);
         assert_eq!(c.tok_s, 7.5);
         let h = 12.706 * c.tok_s_sd / 2f64.sqrt();
-        assert_eq!(c.reps_ci, Some((7.5 - h, 7.5 + h)));
+        // 7.5 ± 12.706 × 3.536 / √2 = 7.5 ± 31.8: computed, but not a result.
+        assert_eq!(c.reps_ci_raw, Some((7.5 - h, 7.5 + h)));
+        assert_eq!(c.reps_ci, None);
+        assert_eq!(
+            c.reps_ci_note.as_deref(),
+            Some("uninformative: 2 runs (< 3), lower bound below 0 for a positive rate")
+        );
         let (lo, hi) = c.within_ci.expect("ci");
         assert!(lo >= 5.0 && hi <= 10.0 && lo < hi);
+    }
+
+    #[test]
+    fn intervals_are_results_only_from_three_runs_with_a_positive_lower_bound() {
+        assert_eq!(interval_caveat(3, (1.0, 2.0)), None);
+        assert_eq!(
+            interval_caveat(2, (1.0, 2.0)).as_deref(),
+            Some("uninformative: 2 runs (< 3)")
+        );
+        assert_eq!(
+            interval_caveat(5, (-0.1, 2.0)).as_deref(),
+            Some("uninformative: lower bound below 0 for a positive rate")
+        );
+        let run = |tok_s: f64| RunStats {
+            tokens: 1,
+            tok_s,
+            wall_ms: vec![1000.0 / tok_s],
+            ..RunStats::default()
+        };
+        let boot = Boot {
+            resamples: 200,
+            level: 0.95,
+            seed: 1,
+        };
+        // 9, 10, 11: sd 1, t(2) = 4.303, half-width 4.303 / √3 = 2.484.
+        let (a, b, c) = (run(9.0), run(10.0), run(11.0));
+        let s = aggregate(&[&a, &b, &c], boot);
+        let h = 4.303 / 3f64.sqrt();
+        assert_eq!(s.reps_ci, Some((10.0 - h, 10.0 + h)));
+        assert_eq!(s.reps_ci_note, None);
+        // 1, 10, 19: sd 9, half-width 22.4 > the mean: flagged although n = 3.
+        let (a, b, c) = (run(1.0), run(10.0), run(19.0));
+        let s = aggregate(&[&a, &b, &c], boot);
+        assert_eq!(s.reps_ci, None);
+        assert!(s.reps_ci_raw.is_some_and(|(lo, _)| lo < 0.0));
+        // One run: no interval at all, and nothing to flag.
+        let s = aggregate(&[&a], boot);
+        assert_eq!(
+            (s.reps_ci, s.reps_ci_raw, s.reps_ci_note),
+            (None, None, None)
+        );
     }
 }
