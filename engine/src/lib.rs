@@ -11,6 +11,7 @@ pub mod chat;
 pub mod compute_trace;
 pub mod config;
 pub mod csv_sink;
+pub mod decide;
 pub mod default_model;
 pub mod dense;
 #[allow(unsafe_code)]

@@ -2,8 +2,10 @@
 //! that talks to llama.cpp lives in this module.
 
 mod graph;
+mod state;
 
 pub use graph::{EvalHook, Node, WeightRef};
+pub use state::SeqState;
 
 use llama_cpp_sys_2 as ll;
 use std::ffi::{CStr, CString, c_char, c_void};
@@ -107,24 +109,30 @@ impl Model {
         unsafe { ll::llama_model_get_vocab(self.raw.as_ptr()) }
     }
 
-    /// A string metadata value (e.g. `general.architecture`), if present.
+    /// A string metadata value (e.g. `general.architecture`), if present, whole however long
+    /// (chat templates run to several KiB).
     pub fn meta_str(&self, key: &str) -> Option<String> {
         let ckey = CString::new(key).ok()?;
         let mut buf = vec![0u8; 512];
-        // SAFETY: buf is writable for buf.len() bytes; llama.cpp NUL-terminates within it.
-        let n = unsafe {
-            ll::llama_model_meta_val_str(
-                self.raw.as_ptr(),
-                ckey.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            return None;
+        for _ in 0..2 {
+            // SAFETY: buf is writable for buf.len() bytes; llama.cpp NUL-terminates within it
+            // and returns the value's full length (snprintf semantics).
+            let n = unsafe {
+                ll::llama_model_meta_val_str(
+                    self.raw.as_ptr(),
+                    ckey.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            let n = usize::try_from(n).ok()?;
+            if n < buf.len() {
+                buf.truncate(n);
+                return Some(String::from_utf8_lossy(&buf).into_owned());
+            }
+            buf.resize(n + 1, 0);
         }
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+        None
     }
 
     /// Number of transformer layers (excluding MTP/nextn layers).
@@ -156,29 +164,7 @@ impl Model {
 
     /// Tokenizes `text` (special tokens parsed, BOS added when the model wants one).
     pub fn tokenize(&self, text: &str) -> Result<Vec<Token>, String> {
-        let len = i32::try_from(text.len()).map_err(|_| "prompt too long".to_string())?;
-        let mut toks = vec![0 as Token; text.len() + 8];
-        for _ in 0..2 {
-            let cap = i32::try_from(toks.len()).map_err(|_| "prompt too long".to_string())?;
-            // SAFETY: text is valid for len bytes; toks is writable for cap tokens.
-            let n = unsafe {
-                ll::llama_tokenize(
-                    self.vocab(),
-                    text.as_ptr().cast(),
-                    len,
-                    toks.as_mut_ptr(),
-                    cap,
-                    true,
-                    true,
-                )
-            };
-            if n >= 0 {
-                toks.truncate(n as usize);
-                return Ok(toks);
-            }
-            toks.resize(n.unsigned_abs() as usize, 0);
-        }
-        Err("tokenization failed".to_string())
+        self.tokenize_with(text, true, true)
     }
 
     /// The text bytes of one token (special tokens rendered).
