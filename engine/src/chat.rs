@@ -49,6 +49,10 @@ pub enum ChatError {
 pub enum ThinkCtl {
     /// Passing the flag is all there is to do (the template reads it, or nothing to suppress).
     Template,
+    /// The template ignores the flag, but reasoning is a structural section the turn can be
+    /// started past (harmony channels): a `think=false` turn is rendered as a continuation of an
+    /// assistant message whose reasoning is already closed and empty.
+    Prefill,
     /// The model owns its think span and cannot be asked not to reason.
     None,
 }
@@ -58,9 +62,94 @@ impl ThinkCtl {
     pub fn as_str(self) -> &'static str {
         match self {
             ThinkCtl::Template => "template",
+            ThinkCtl::Prefill => "prefill",
             ThinkCtl::None => "none",
         }
     }
+
+    /// The matching `bmoe_telemetry` value (for `BMOE_READY`).
+    pub fn to_wire(self) -> bmoe_telemetry::protocol::ThinkCtl {
+        bmoe_telemetry::protocol::ThinkCtl::from_wire(self.as_str())
+    }
+}
+
+/// Who said a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The user.
+    User,
+    /// The model.
+    Assistant,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One message of a conversation, as the template sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Who said it.
+    pub role: Role,
+    /// The text (for the assistant: the answer, without the reasoning).
+    pub content: String,
+    /// The assistant's reasoning, empty when there was none. Passed to the template as both
+    /// `reasoning_content` (Qwen3 style) and `thinking` (harmony style) when non-empty.
+    pub reasoning: String,
+}
+
+impl Message {
+    /// A user message.
+    pub fn user(content: &str) -> Self {
+        Self {
+            role: Role::User,
+            content: content.to_string(),
+            reasoning: String::new(),
+        }
+    }
+
+    /// An assistant message with its reasoning (may be empty).
+    pub fn assistant(content: &str, reasoning: &str) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.to_string(),
+            reasoning: reasoning.to_string(),
+        }
+    }
+
+    fn to_value(&self) -> minijinja::Value {
+        let mut fields = vec![
+            ("role", minijinja::Value::from(self.role.as_str())),
+            ("content", minijinja::Value::from(self.content.as_str())),
+        ];
+        if !self.reasoning.is_empty() {
+            fields.push((
+                "reasoning_content",
+                minijinja::Value::from(self.reasoning.as_str()),
+            ));
+            fields.push(("thinking", minijinja::Value::from(self.reasoning.as_str())));
+        }
+        minijinja::Value::from_iter(fields)
+    }
+}
+
+/// Marks where a continued assistant message's content would start: rendered as the content,
+/// then cut off with everything after it (the template's end-of-turn markup). No template
+/// emits this text of its own.
+const CONTINUATION_MARK: &str = "\u{1}bmoe-continue\u{1}";
+
+/// A rendered turn: the prompt text and how its generation starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedTurn {
+    /// The whole conversation, ready to tokenize.
+    pub text: String,
+    /// Whether the generation starts inside an open think span.
+    pub starts_in_reasoning: bool,
 }
 
 /// A model's chat template, checked to parse.
@@ -124,18 +213,73 @@ impl ChatTemplate {
     /// # Errors
     /// [`ChatError::Template`] when rendering fails (e.g. the template raises).
     pub fn render(&self, user: &str, think: bool) -> Result<String, ChatError> {
+        self.render_messages(&[Message::user(user)], think, true)
+    }
+
+    /// Renders `messages`; `add_generation_prompt` opens the assistant's turn after them.
+    ///
+    /// # Errors
+    /// [`ChatError::Template`] when rendering fails (e.g. the template raises).
+    pub fn render_messages(
+        &self,
+        messages: &[Message],
+        think: bool,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         let env = self.env();
         let tmpl = env
             .template_from_str(&self.source)
             .map_err(|e| template_error(&e))?;
+        let messages: Vec<minijinja::Value> = messages.iter().map(Message::to_value).collect();
         tmpl.render(context! {
-            messages => vec![context! { role => "user", content => user }],
-            add_generation_prompt => true,
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
             enable_thinking => think,
             bos_token => self.bos.as_str(),
             eos_token => self.eos.as_str(),
         })
         .map_err(|e| template_error(&e))
+    }
+
+    /// `messages` followed by an assistant message whose reasoning is already closed and empty,
+    /// rendered so the generation continues that message's (empty) content — the `prefill`
+    /// way of turning reasoning off.
+    ///
+    /// # Errors
+    /// [`ChatError::Template`] when rendering fails, or when the template drops the message's
+    /// content (then there is nothing to continue).
+    pub fn render_prefilled(&self, messages: &[Message]) -> Result<String, ChatError> {
+        let mut all = messages.to_vec();
+        all.push(Message::assistant(CONTINUATION_MARK, "\n\n"));
+        let text = self.render_messages(&all, false, false)?;
+        match text.rfind(CONTINUATION_MARK) {
+            Some(at) => Ok(text[..at].to_string()),
+            None => Err(ChatError::Template(
+                "the template does not render the assistant's content, so a turn cannot be continued".into(),
+            )),
+        }
+    }
+
+    /// Renders the conversation `history` (ending with the new user message) for the next
+    /// generation. `think=false` on a `prefill` template starts the turn past the reasoning.
+    ///
+    /// # Errors
+    /// [`ChatError::Template`] when rendering fails.
+    pub fn render_turn(
+        &self,
+        history: &[Message],
+        think: bool,
+        ctl: ThinkCtl,
+    ) -> Result<RenderedTurn, ChatError> {
+        let text = if !think && ctl == ThinkCtl::Prefill {
+            self.render_prefilled(history)?
+        } else {
+            self.render_messages(history, think, true)?
+        };
+        Ok(RenderedTurn {
+            starts_in_reasoning: self.opens_in_reasoning(&text),
+            text,
+        })
     }
 
     /// Whether a generation after `prompt` starts inside an open think span (the prompt opened
@@ -147,14 +291,43 @@ impl ChatTemplate {
         })
     }
 
-    /// The seed's `think_ctl` probe (engine spec §4.3), without the prefill-continuation case:
-    /// `template` when `enable_thinking` changes the render, `none` when it does not and the
-    /// template owns a think span, else `template`.
+    /// The seed's `think_ctl` probe (engine spec §4.3), decided from what the template renders:
+    ///
+    /// - `enable_thinking` changes the render → `template`;
+    /// - otherwise render the turn as a continuation of an assistant message whose reasoning
+    ///   is already closed (`render_prefilled`). A template that owns a think span (declares a
+    ///   marker pair and uses it) gets `prefill` only if that changed the render *and* something
+    ///   other than whitespace follows the last closing marker (the answer section is opened
+    ///   structurally), else `none` — the model reasons past a span it owns. A template without
+    ///   a span of its own gets `prefill` when the continuation differs (a channel-style
+    ///   format), else `template` (nothing to suppress);
+    /// - a render failure → `template` (nothing can be promised either way).
     pub fn think_ctl(&self) -> ThinkCtl {
-        match (self.render("hi", false), self.render("hi", true)) {
-            (Ok(off), Ok(on)) if off != on => ThinkCtl::Template,
-            (Ok(_), Ok(_)) if self.tags.is_some() => ThinkCtl::None,
-            _ => ThinkCtl::Template,
+        let (Ok(off), Ok(on)) = (self.render("hi", false), self.render("hi", true)) else {
+            return ThinkCtl::Template;
+        };
+        if off != on {
+            return ThinkCtl::Template;
+        }
+        let Ok(prefilled) = self.render_prefilled(&[Message::user("hi")]) else {
+            return ThinkCtl::Template;
+        };
+        // trailing whitespace differs between a generation prompt and a continued message in
+        // some templates without meaning anything
+        let differs = prefilled.trim_end() != off.trim_end();
+        match self.tags {
+            Some(t) => {
+                let after_close = prefilled
+                    .rfind(t.close)
+                    .map(|c| &prefilled[c + t.close.len()..]);
+                if differs && after_close.is_some_and(|rest| !rest.trim().is_empty()) {
+                    ThinkCtl::Prefill
+                } else {
+                    ThinkCtl::None
+                }
+            }
+            None if differs => ThinkCtl::Prefill,
+            None => ThinkCtl::Template,
         }
     }
 }
@@ -215,6 +388,79 @@ mod tests {
         assert!(t.opens_in_reasoning("x<think>\n"));
         assert_eq!(t.think_tags().map(|t| t.open), Some("<think>"));
         assert_eq!(t.think_ctl(), ThinkCtl::Template);
+    }
+
+    #[test]
+    fn renders_a_conversation_for_continuation() {
+        let t = tmpl();
+        let history = [
+            Message::user("a"),
+            Message::assistant("b", "why"),
+            Message::user("c"),
+        ];
+        let turn = t.render_turn(&history, true, ThinkCtl::Template).unwrap();
+        assert_eq!(
+            turn.text,
+            "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert!(!turn.starts_in_reasoning);
+        // the first turn's render is a prefix of the second's: the KV prefix can be reused
+        let first = t
+            .render_turn(&history[..1], true, ThinkCtl::Template)
+            .unwrap();
+        assert!(
+            turn.text
+                .starts_with(first.text.trim_end_matches("<|im_start|>assistant\n"))
+        );
+    }
+
+    /// A harmony-style (gpt-oss) template: reasoning is a channel, `enable_thinking` is ignored.
+    const HARMONY: &str = "{%- for message in messages -%}\
+{%- if message.role == 'assistant' -%}\
+{%- if message.thinking is defined and message.thinking -%}<|start|>assistant<|channel|>analysis<|message|>{{ message.thinking }}<|end|>{%- endif -%}\
+<|start|>assistant<|channel|>final<|message|>{{ message.content }}<|return|>\
+{%- else -%}<|start|>{{ message.role }}<|message|>{{ message.content }}<|end|>{%- endif -%}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}";
+
+    /// An LFM2.5-style template: owns a `<think>` span and ignores `enable_thinking`.
+    const OWNS_SPAN: &str = "{%- for message in messages -%}<|im_start|>{{ message.role }}\n\
+{%- if message.role == 'assistant' and message.reasoning_content is defined -%}<think>{{ message.reasoning_content }}</think>{%- endif -%}\
+{{ message.content }}<|im_end|>\n{%- endfor -%}\
+{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}";
+
+    /// A non-reasoning ChatML template (no span, no flag).
+    const PLAIN_CHATML: &str = "{%- for message in messages -%}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endfor -%}\
+{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}";
+
+    #[test]
+    fn think_ctl_follows_the_seed_table() {
+        let t = |src: &str| ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(tmpl().think_ctl(), ThinkCtl::Template);
+        assert_eq!(t(HARMONY).think_ctl(), ThinkCtl::Prefill);
+        assert_eq!(t(OWNS_SPAN).think_ctl(), ThinkCtl::None);
+        assert_eq!(t(PLAIN_CHATML).think_ctl(), ThinkCtl::Template);
+        assert_eq!(ThinkCtl::Prefill.as_str(), "prefill");
+        assert_eq!(ThinkCtl::None.to_wire().as_str(), "none");
+    }
+
+    #[test]
+    fn prefill_turn_starts_past_the_reasoning() {
+        let h = ChatTemplate::new(HARMONY, "", "").unwrap();
+        let history = [Message::user("hi")];
+        let off = h.render_turn(&history, false, ThinkCtl::Prefill).unwrap();
+        assert_eq!(
+            off.text,
+            "<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>analysis<|message|>\n\n<|end|><|start|>assistant<|channel|>final<|message|>"
+        );
+        let on = h.render_turn(&history, true, ThinkCtl::Prefill).unwrap();
+        assert_eq!(
+            on.text,
+            "<|start|>user<|message|>hi<|end|><|start|>assistant"
+        );
+        // a template that drops the content cannot be continued: an error, not a wrong prompt
+        let drops = ChatTemplate::new("{{ messages[0].content }}", "", "").unwrap();
+        assert!(drops.render_prefilled(&history).is_err());
     }
 
     #[test]

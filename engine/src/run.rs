@@ -1,12 +1,19 @@
-//! One run: open the model (and, with `--moe-stream`, take over its experts), prefill the
-//! prompt, generate, and report.
+//! Running a model: load it (and, with `--moe-stream`, take over its experts) once, then
+//! prefill and generate any number of turns on the same context.
+//!
+//! [`load_model`] reads the GGUF header and loads the weights; [`Engine::open`] builds the
+//! context, the streamer, the sinks and traces; [`Engine::generate`] runs one turn — prefill of
+//! what the KV does not hold yet, then the token loop — and is shared by the one-shot [`run`]
+//! and the session loop (`crate::session`).
 
 use crate::autocache::{AutoInputs, measure, size_budget};
-use crate::chat::{ChatTemplate, split_reasoning};
+use crate::chat::{ChatTemplate, ThinkCtl, ThinkTags, split_reasoning};
 use crate::compute_trace::ComputeTracer;
 use crate::config::{DenseWeights, RunConfig, Sampling};
 use crate::csv_sink::{CsvSink, ResolvedRun, RowContext, TrailerContext, token_row, trailer};
-use crate::ffi::{Context, ContextOptions, DecodeError, Model, ModelOptions, SamplerParams, Token};
+use crate::ffi::{
+    Context, ContextOptions, DecodeError, Model, ModelOptions, Sampler, SamplerParams, Token,
+};
 use crate::hook::MoeHook;
 use crate::io_trace::IoTracer;
 use crate::memory::{MemorySnapshot, cgroup_memory};
@@ -29,7 +36,7 @@ use bmoe_telemetry::trace::{DecodeTraceInfo, PHASE_DECODE, PHASE_PREFILL, RouteT
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// A run failure: what failed, and what to do about it.
@@ -194,8 +201,12 @@ impl TokenFeed {
     }
 }
 
-fn decode_error(e: DecodeError, hook: Option<&mut MoeHook>, what: &str) -> EngineError {
-    if let Some(err) = hook.and_then(MoeHook::take_error) {
+fn decode_error(
+    e: DecodeError,
+    read_err: Option<crate::stream::io::ReadError>,
+    what: &str,
+) -> EngineError {
+    if let Some(err) = read_err {
         return fail(
             format!("{err}; the {what} was aborted"),
             "the model file changed or the storage failed while streaming: no further output was produced; check the file and the disk (dmesg)",
@@ -210,12 +221,36 @@ fn decode_error(e: DecodeError, hook: Option<&mut MoeHook>, what: &str) -> Engin
     }
 }
 
-/// Runs `cfg`: per-token output to `out` (stdout), notes and warnings to `note` (stderr).
-pub fn run(
-    cfg: &RunConfig,
-    out: &mut dyn Write,
-    note: &mut dyn Write,
-) -> Result<RunOutcome, EngineError> {
+/// Creates (truncates) an output file before the model loads, so a path that cannot be written
+/// fails in a second instead of after a long load — or, worse, only warns.
+fn preflight(path: &Path, flag: &str) -> Result<(), EngineError> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| {
+            fail(
+                format!("cannot create {flag} {}: {e}", path.display()),
+                format!("check that the folder of {flag} exists and is writable"),
+            )
+        })
+}
+
+/// A model loaded by llama.cpp, with what its header says.
+pub struct LoadedModel {
+    /// The header facts.
+    pub facts: ModelFacts,
+    /// The weights.
+    pub model: Model,
+    /// When loading started (the `load_s` clock).
+    t_load: Instant,
+}
+
+/// Reads the header, checks the flags that depend on the model, creates every output file the
+/// run will write, and loads the weights.
+pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
     let t_load = Instant::now();
     let facts = read_facts(&cfg.model)?;
     let recipe: Option<&'static Recipe> = recipe_for(&facts.arch);
@@ -248,208 +283,814 @@ pub fn run(
         model_opts.expert_used_override =
             Some((format!("{}.expert_used_count", facts.arch), i64::from(k)));
     }
+    if let Some(p) = &cfg.csv {
+        preflight(p, "--csv")?;
+    }
+    if cfg.stream.is_some() {
+        if let Some(p) = &cfg.route_trace {
+            preflight(p, "--route-trace")?;
+        }
+        if let Some(p) = &cfg.io_trace {
+            preflight(p, "--io-trace")?;
+        }
+    }
+    if let Some((p, g)) = &cfg.compute_trace {
+        let flag = match g {
+            crate::compute_trace::Granularity::Node => "--compute-trace",
+            crate::compute_trace::Granularity::Layer => "--compute-trace-layers",
+        };
+        preflight(p, flag)?;
+    }
     let model = Model::load(&cfg.model, &model_opts)
         .map_err(|e| fail(e, "set BMOE_LLAMA_LOG=1 to see llama.cpp's reason"))?;
     if let Ok(replacement) = std::env::var(TEST_REPLACE_ENV) {
         std::fs::rename(&replacement, &cfg.model)
             .map_err(|e| fail(format!("{TEST_REPLACE_ENV}: {e}"), "test hook"))?;
     }
-    let abort = Arc::new(AtomicBool::new(false));
-    let hook = match (cfg.stream, recipe) {
-        (Some(_), Some(r)) => Some(MoeHook::capturing(r, Arc::clone(&abort))),
-        _ if cfg.compute_trace.is_some() => Some(MoeHook::tracing_only(Arc::clone(&abort))),
-        _ => None,
-    };
-    let opts = ContextOptions {
-        n_ctx: cfg.n_ctx,
-        n_batch: cfg.n_batch,
-        n_ubatch: cfg.n_ubatch,
-        n_threads: cfg.threads as i32,
-    };
-    let mut ctx = Context::new(&model, opts, hook, Arc::clone(&abort))
-        .map_err(|e| fail(e, "try a smaller -c/--ctx-size"))?;
-    let top_k = cfg
-        .n_expert_used
-        .map(i64::from)
-        .or(facts.expert_used)
-        .unwrap_or(0)
-        .max(0) as usize;
+    Ok(LoadedModel {
+        facts,
+        model,
+        t_load,
+    })
+}
 
-    let mut resolved = ResolvedRun {
-        arch: facts.arch.clone(),
-        n_layer: model.n_layer() as u64,
-        n_expert: facts.expert_count.unwrap_or(0).max(0) as u64,
-        n_expert_used: top_k as u64,
-        ..Default::default()
+/// Runs `cfg` once: per-token output to `out` (stdout), notes and warnings to `note` (stderr).
+pub fn run(
+    cfg: &RunConfig,
+    out: &mut dyn Write,
+    note: &mut dyn Write,
+) -> Result<RunOutcome, EngineError> {
+    let loaded = load_model(cfg)?;
+    let mut engine = Engine::open(cfg, &loaded, note)?;
+    let (prompt_text, split) = match engine.template() {
+        Some(t) => {
+            let hint = "run without --chatml to pass the prompt as raw text";
+            let rendered = t
+                .render(&cfg.prompt, cfg.think)
+                .map_err(|e| fail(e.to_string(), hint))?;
+            let starts = t.opens_in_reasoning(&rendered);
+            (rendered, Some((t.think_tags(), starts)))
+        }
+        None => (cfg.prompt.clone(), None),
     };
-    let mut auto_budget = None;
-    // located while the whole file is still mapped (anon moves the dense pages, same addresses)
-    let probe = DenseProbe::new(dense_probe_pages(&facts.index, system_page_size()));
-    let mut dense_arena = None;
-    if cfg.stream.is_none() && cfg.dense_weights != DenseWeights::Mmap {
-        let _ = writeln!(
-            note,
-            "bmoe: note: --dense-weights {} takes effect with --moe-stream; plain llama.cpp keeps the mmap",
-            cfg.dense_weights.as_str()
-        );
+    let tokens = engine.tokenize(&prompt_text)?;
+    if tokens.is_empty() {
+        return Err(fail(
+            "empty prompt after tokenization",
+            "pass a non-empty -p/--prompt",
+        ));
     }
-    if let (Some(sc), Some(recipe)) = (cfg.stream, recipe) {
-        // capture warm-up: one BOS decode shows every expert tensor the graph reads
-        let mut warm = [model.bos()];
-        ctx.decode(&mut warm).map_err(|e| {
-            fail(
-                format!("capture warm-up decode failed ({e:?})"),
-                "set BMOE_LLAMA_LOG=1 to see llama.cpp's reason",
-            )
-        })?;
-        let hook = ctx
-            .hook_mut()
-            .ok_or_else(|| fail("internal: streaming without a hook", "report a bug"))?;
-        let captured = hook.take_captured();
-        let layout = bind(recipe, &captured, &facts.index).map_err(|e| {
-            fail(
-                e.to_string(),
-                "this GGUF does not match the architecture's recipe; run without --moe-stream",
-            )
-        })?;
-        let cycle = layout.cache_cycle_bytes(top_k);
-        let cache_mb = match sc.auto {
-            Some(a) => {
-                let (mem_available, cgroup_headroom) =
-                    measure(MemorySnapshot::sample().system, cgroup_memory().as_ref());
-                let dense_reserve_bytes = if cfg.dense_weights == DenseWeights::Anon {
-                    crate::residency::dense_file_ranges(&facts.index)
-                        .iter()
-                        .map(|r| r.2)
-                        .sum()
-                } else {
-                    0
-                };
-                let b = size_budget(&AutoInputs {
-                    mem_available,
-                    cgroup_headroom,
-                    floor_mb: a.floor_mb,
-                    ceil_mb: a.ceil_mb,
-                    total_expert_bytes: layout.total_bytes(),
-                    cache_cycle_bytes: cycle,
-                    dense_reserve_bytes,
-                });
-                let _ = writeln!(note, "bmoe: {}", b.note(a.floor_mb));
-                if let Some(w) = b.cycle_warning(cycle) {
-                    let _ = writeln!(note, "bmoe: warning: {w}");
-                }
-                auto_budget = Some(b.budget_mb);
-                b.budget_mb
-            }
-            None => sc.cache_mb,
+    if tokens.len() + cfg.n_predict > cfg.n_ctx as usize {
+        return Err(fail(
+            format!(
+                "prompt ({} tokens) + -n {} exceeds -c/--ctx-size {}",
+                tokens.len(),
+                cfg.n_predict,
+                cfg.n_ctx
+            ),
+            "raise -c/--ctx-size or lower -n/--n-predict",
+        ));
+    }
+    if !cfg.progress {
+        let _ = write!(out, "{prompt_text}");
+        let _ = out.flush();
+    }
+    let turn = Turn {
+        turn: 0,
+        tokens: &tokens,
+        n_reused: 0,
+        n_predict: cfg.n_predict,
+        split,
+        progress: cfg.progress,
+    };
+    let g = engine.generate(&turn, out, note, &|| false)?;
+    if !cfg.progress {
+        let _ = writeln!(out, "{}\n", g.tail);
+    }
+    if cfg.progress {
+        let _ = writeln!(out, "{ANSWER_BANNER}\n{}\n{PERF_BANNER}", g.text);
+    }
+    for line in summary_lines(&g.summary, &engine.mode_line()) {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+    Ok(RunOutcome {
+        tokens: g.tokens,
+        logits_hashes: g.logits_hashes,
+        rows: g.rows,
+        summary: g.summary,
+        text: g.text,
+    })
+}
+
+/// With a chat template: its think markers and whether the generation starts inside a think
+/// span. `None` for a raw prompt (no split).
+pub type ChatSplit = Option<(Option<ThinkTags>, bool)>;
+
+/// One turn to generate.
+#[derive(Debug, Clone)]
+pub struct Turn<'t> {
+    /// Session turn (0 for one-shot): the CSV `turn` column and the traces' `turn`.
+    pub turn: u32,
+    /// The whole context after this turn's prompt: what the KV will hold before generating.
+    pub tokens: &'t [Token],
+    /// How many leading `tokens` the KV already holds (they are not prefilled again).
+    pub n_reused: usize,
+    /// Tokens to generate at most.
+    pub n_predict: usize,
+    /// How to split the generation into reasoning and answer.
+    pub split: ChatSplit,
+    /// `BMOE_LOAD` / `BMOE_PROGRESS` lines per token; otherwise the raw text.
+    pub progress: bool,
+}
+
+/// What one turn produced.
+#[derive(Debug, Clone, Default)]
+pub struct Generation {
+    /// Generated token ids (each one decoded into the KV, unless `cancelled`).
+    pub tokens: Vec<Token>,
+    /// Per-step logits hashes (FNV-1a over the f32 bytes).
+    pub logits_hashes: Vec<u64>,
+    /// Per-token rows.
+    pub rows: Vec<TokenStats>,
+    /// The summary (generation figures, prefill wall and size).
+    pub summary: RunSummary,
+    /// The prompt phase's attribution and the loop overhead (the CSV trailer's extras).
+    pub trailer: TrailerContext,
+    /// The generated text, raw.
+    pub text: String,
+    /// Incomplete UTF-8 at the end of the text, written after the last token.
+    pub tail: String,
+    /// The reasoning part of `text` (empty without a chat split).
+    pub reasoning: String,
+    /// The answer part of `text` (all of it without a chat split).
+    pub answer: String,
+    /// Stopped by a cancel request.
+    pub cancelled: bool,
+}
+
+/// A loaded model with its context, streamer, sinks and traces: ready to run turns.
+pub struct Engine<'m> {
+    cfg: &'m RunConfig,
+    facts: &'m ModelFacts,
+    ctx: Context<'m, MoeHook>,
+    abort: Arc<AtomicBool>,
+    resolved: ResolvedRun,
+    auto_budget: Option<u64>,
+    probe: DenseProbe,
+    load_s: f64,
+    streaming: bool,
+    csv: Option<CsvSink>,
+    io_trace: Option<IoTracer>,
+    sampler: Option<Sampler>,
+    feed: Option<TokenFeed>,
+    template: Option<ChatTemplate>,
+    think_ctl: ThinkCtl,
+    /// `--dense-weights anon`'s pages, owned while the engine runs.
+    _dense_arena: Option<crate::vm::Arena>,
+}
+
+impl<'m> Engine<'m> {
+    /// Builds the context over `loaded` and, with `--moe-stream`, captures the expert tensors
+    /// and starts the streamer; then opens the CSV and traces and, with `--chatml`, the chat
+    /// template. Notes and warnings go to `note`.
+    pub fn open(
+        cfg: &'m RunConfig,
+        loaded: &'m LoadedModel,
+        note: &mut dyn Write,
+    ) -> Result<Self, EngineError> {
+        let facts = &loaded.facts;
+        let model = &loaded.model;
+        let recipe = recipe_for(&facts.arch);
+        let abort = Arc::new(AtomicBool::new(false));
+        let hook = match (cfg.stream, recipe) {
+            (Some(_), Some(r)) => Some(MoeHook::capturing(r, Arc::clone(&abort))),
+            _ if cfg.compute_trace.is_some() => Some(MoeHook::tracing_only(Arc::clone(&abort))),
+            _ => None,
         };
-        let budget = cache_mb * 1024 * 1024;
-        if sc.auto.is_none() && budget > 0 && budget < cycle {
+        let opts = ContextOptions {
+            n_ctx: cfg.n_ctx,
+            n_batch: cfg.n_batch,
+            n_ubatch: cfg.n_ubatch,
+            n_threads: cfg.threads as i32,
+        };
+        let mut ctx = Context::new(model, opts, hook, Arc::clone(&abort))
+            .map_err(|e| fail(e, "try a smaller -c/--ctx-size"))?;
+        let top_k = cfg
+            .n_expert_used
+            .map(i64::from)
+            .or(facts.expert_used)
+            .unwrap_or(0)
+            .max(0) as usize;
+
+        let mut resolved = ResolvedRun {
+            arch: facts.arch.clone(),
+            n_layer: model.n_layer() as u64,
+            n_expert: facts.expert_count.unwrap_or(0).max(0) as u64,
+            n_expert_used: top_k as u64,
+            ..Default::default()
+        };
+        let mut auto_budget = None;
+        // located while the whole file is still mapped (anon moves the dense pages, same addresses)
+        let probe = DenseProbe::new(dense_probe_pages(&facts.index, system_page_size()));
+        let mut dense_arena = None;
+        if cfg.stream.is_none() && cfg.dense_weights != DenseWeights::Mmap {
             let _ = writeln!(
                 note,
-                "bmoe: warning: --cache-mb {} is below this model's cache cycle ({:.1} MiB = top-{top_k} experts in every layer): most lookups will miss",
-                sc.cache_mb,
-                cycle as f64 / (1024.0 * 1024.0)
+                "bmoe: note: --dense-weights {} takes effect with --moe-stream; plain llama.cpp keeps the mmap",
+                cfg.dense_weights.as_str()
             );
         }
-        let settings = StreamSettings {
-            cache_bytes: budget,
-            io_threads: sc.io_threads,
-            o_direct: sc.o_direct,
-            load_all: sc.load_all,
-        };
-        let n_expert = layout.n_expert;
-        let (mut streamer, setup) = Streamer::start(layout, &facts.index, settings)
-            .map_err(|e| fail(e.to_string(), "check the model file and its permissions"))?;
-        for w in &setup.warnings {
-            let _ = writeln!(note, "bmoe: warning: {w}");
-        }
-        streamer.set_poison(cfg.poison);
-        match cfg.dense_weights {
-            DenseWeights::Mmap => {}
-            DenseWeights::Warm => match crate::dense::warm(&facts.index) {
-                Ok(o) => {
-                    let _ = writeln!(
-                        note,
-                        "bmoe: dense warm-up — {:.1} MiB in {:.2} s",
-                        o.bytes as f64 / (1024.0 * 1024.0),
-                        o.seconds
-                    );
+        if let (Some(sc), Some(recipe)) = (cfg.stream, recipe) {
+            // capture warm-up: one BOS decode shows every expert tensor the graph reads
+            let mut warm = [model.bos()];
+            ctx.decode(&mut warm).map_err(|e| {
+                fail(
+                    format!("capture warm-up decode failed ({e:?})"),
+                    "set BMOE_LLAMA_LOG=1 to see llama.cpp's reason",
+                )
+            })?;
+            let hook = ctx
+                .hook_mut()
+                .ok_or_else(|| fail("internal: streaming without a hook", "report a bug"))?;
+            let captured = hook.take_captured();
+            let layout = bind(recipe, &captured, &facts.index).map_err(|e| {
+                fail(
+                    e.to_string(),
+                    "this GGUF does not match the architecture's recipe; run without --moe-stream",
+                )
+            })?;
+            let cycle = layout.cache_cycle_bytes(top_k);
+            let cache_mb = match sc.auto {
+                Some(a) => {
+                    let (mem_available, cgroup_headroom) =
+                        measure(MemorySnapshot::sample().system, cgroup_memory().as_ref());
+                    let dense_reserve_bytes = if cfg.dense_weights == DenseWeights::Anon {
+                        crate::residency::dense_file_ranges(&facts.index)
+                            .iter()
+                            .map(|r| r.2)
+                            .sum()
+                    } else {
+                        0
+                    };
+                    let b = size_budget(&AutoInputs {
+                        mem_available,
+                        cgroup_headroom,
+                        floor_mb: a.floor_mb,
+                        ceil_mb: a.ceil_mb,
+                        total_expert_bytes: layout.total_bytes(),
+                        cache_cycle_bytes: cycle,
+                        dense_reserve_bytes,
+                    });
+                    let _ = writeln!(note, "bmoe: {}", b.note(a.floor_mb));
+                    if let Some(w) = b.cycle_warning(cycle) {
+                        let _ = writeln!(note, "bmoe: warning: {w}");
+                    }
+                    auto_budget = Some(b.budget_mb);
+                    b.budget_mb
                 }
-                Err(e) => {
-                    let _ = writeln!(note, "bmoe: warning: {e} — dense weights stay cold (mmap)");
-                }
-            },
-            DenseWeights::Anon => {
-                let o = crate::dense::anon(&facts.index, streamer.layout(), sc.o_direct)
-                    .map_err(|e| {
-                        fail(
-                            e.to_string(),
-                            "check the model file, or keep the dense weights mapped with --dense-weights mmap",
-                        )
-                    })?;
+                None => sc.cache_mb,
+            };
+            let budget = cache_mb * 1024 * 1024;
+            if sc.auto.is_none() && budget > 0 && budget < cycle {
                 let _ = writeln!(
                     note,
-                    "bmoe: dense-weights=anon — {:.1} MiB copied into anonymous memory in {:.2} s (o_direct={})",
-                    o.bytes as f64 / (1024.0 * 1024.0),
-                    o.seconds,
-                    u8::from(o.o_direct)
+                    "bmoe: warning: --cache-mb {} is below this model's cache cycle ({:.1} MiB = top-{top_k} experts in every layer): most lookups will miss",
+                    sc.cache_mb,
+                    cycle as f64 / (1024.0 * 1024.0)
                 );
-                dense_arena = o.arena;
             }
-        }
-        resolved.dense_weights = cfg.dense_weights;
-        let _ = writeln!(
-            note,
-            "bmoe: expert streaming ON  n_expert={n_expert} o_direct={} io_threads={} cache={} MiB shards={} cache_cycle={:.1} MiB",
-            u8::from(setup.o_direct),
-            setup.lanes,
-            cache_mb,
-            facts.index.shards.len(),
-            cycle as f64 / (1024.0 * 1024.0)
-        );
-        hook.stream_with(streamer);
-        if let Some(path) = &cfg.route_trace {
-            let info = route_trace_info(cfg, top_k as u64)?;
-            match RouteTracer::create(path, &info) {
-                Ok(t) => hook.trace_routes(t),
-                Err(e) => {
-                    return Err(fail(
-                        e,
-                        "check that the --route-trace folder exists and is writable",
-                    ));
+            let settings = StreamSettings {
+                cache_bytes: budget,
+                io_threads: sc.io_threads,
+                o_direct: sc.o_direct,
+                load_all: sc.load_all,
+            };
+            let n_expert = layout.n_expert;
+            let (mut streamer, setup) = Streamer::start(layout, &facts.index, settings)
+                .map_err(|e| fail(e.to_string(), "check the model file and its permissions"))?;
+            for w in &setup.warnings {
+                let _ = writeln!(note, "bmoe: warning: {w}");
+            }
+            streamer.set_poison(cfg.poison);
+            match cfg.dense_weights {
+                DenseWeights::Mmap => {}
+                DenseWeights::Warm => match crate::dense::warm(&facts.index) {
+                    Ok(o) => {
+                        let _ = writeln!(
+                            note,
+                            "bmoe: dense warm-up — {:.1} MiB in {:.2} s",
+                            o.bytes as f64 / (1024.0 * 1024.0),
+                            o.seconds
+                        );
+                    }
+                    Err(e) => {
+                        let _ =
+                            writeln!(note, "bmoe: warning: {e} — dense weights stay cold (mmap)");
+                    }
+                },
+                DenseWeights::Anon => {
+                    let o = crate::dense::anon(&facts.index, streamer.layout(), sc.o_direct)
+                        .map_err(|e| {
+                            fail(
+                                e.to_string(),
+                                "check the model file, or keep the dense weights mapped with --dense-weights mmap",
+                            )
+                        })?;
+                    let _ = writeln!(
+                        note,
+                        "bmoe: dense-weights=anon — {:.1} MiB copied into anonymous memory in {:.2} s (o_direct={})",
+                        o.bytes as f64 / (1024.0 * 1024.0),
+                        o.seconds,
+                        u8::from(o.o_direct)
+                    );
+                    dense_arena = o.arena;
                 }
             }
+            resolved.dense_weights = cfg.dense_weights;
+            let _ = writeln!(
+                note,
+                "bmoe: expert streaming ON  n_expert={n_expert} o_direct={} io_threads={} cache={} MiB shards={} cache_cycle={:.1} MiB",
+                u8::from(setup.o_direct),
+                setup.lanes,
+                cache_mb,
+                facts.index.shards.len(),
+                cycle as f64 / (1024.0 * 1024.0)
+            );
+            hook.stream_with(streamer);
+            if let Some(path) = &cfg.route_trace {
+                let info = route_trace_info(cfg, top_k as u64)?;
+                match RouteTracer::create(path, &info) {
+                    Ok(t) => hook.trace_routes(t),
+                    Err(e) => {
+                        return Err(fail(
+                            e,
+                            "check that the --route-trace folder exists and is writable",
+                        ));
+                    }
+                }
+            }
+            ctx.clear_memory();
+            resolved.moe_stream = true;
+            resolved.cache_mb = cache_mb;
+            resolved.cache_cycle_bytes = cycle;
+            resolved.o_direct = setup.o_direct;
+            resolved.io_threads = setup.lanes as u64;
         }
-        ctx.clear_memory();
-        resolved.moe_stream = true;
-        resolved.cache_mb = cache_mb;
-        resolved.cache_cycle_bytes = cycle;
-        resolved.o_direct = setup.o_direct;
-        resolved.io_threads = setup.lanes as u64;
+        if cfg.stream.is_none() && cfg.route_trace.is_some() {
+            let _ = writeln!(
+                note,
+                "bmoe: warning: --route-trace needs --moe-stream (without streaming there is no routing to observe) — no route trace will be written"
+            );
+        }
+        if cfg.stream.is_none() && cfg.io_trace.is_some() {
+            let _ = writeln!(
+                note,
+                "bmoe: warning: --io-trace needs --moe-stream (plain llama.cpp issues no expert reads) — no io trace will be written"
+            );
+        }
+        let load_s = loaded.t_load.elapsed().as_secs_f64();
+        let streaming =
+            cfg.stream.is_some() && ctx.hook_mut().is_some_and(|h| h.streamer().is_some());
+        let csv = match &cfg.csv {
+            Some(path) => Some(
+                CsvSink::create(path, &crate::csv_sink::run_info(cfg, &resolved))
+                    .map_err(|e| fail(e, "check that the --csv folder exists and is writable"))?,
+            ),
+            None => None,
+        };
+        let trace_info = DecodeTraceInfo {
+            model: Some(cfg.model.display().to_string()),
+            arch: Some(resolved.arch.clone()),
+            n_layer: Some(resolved.n_layer),
+            n_threads: Some(cfg.threads as u64),
+            io_threads: Some(resolved.io_threads),
+            o_direct: Some(resolved.o_direct),
+            overlap: Some(false),
+            ..Default::default()
+        };
+        let io_trace = match (&cfg.io_trace, streaming) {
+            (Some(path), true) => {
+                let t = IoTracer::create(path, &trace_info).map_err(|e| {
+                    fail(e, "check that the --io-trace folder exists and is writable")
+                })?;
+                if let Some(s) = ctx.hook_mut().and_then(MoeHook::streamer_mut) {
+                    s.log_io();
+                }
+                Some(t)
+            }
+            _ => None,
+        };
+        if let Some((path, granularity)) = &cfg.compute_trace {
+            let t = ComputeTracer::create(path, &trace_info, *granularity)
+                .map_err(|e| fail(e, "check that the trace's folder exists and is writable"))?;
+            if let Some(h) = ctx.hook_mut() {
+                h.trace_compute(t);
+            }
+        }
+        let (template, think_ctl) = if cfg.chatml {
+            let hint = "run without --chatml to pass the prompt as raw text";
+            let src = model
+                .meta_str("tokenizer.chat_template")
+                .ok_or_else(|| fail(crate::chat::ChatError::NoTemplate.to_string(), hint))?;
+            let bos = String::from_utf8_lossy(&model.token_piece(model.bos())).into_owned();
+            let t = ChatTemplate::new(&src, &bos, &bos).map_err(|e| fail(e.to_string(), hint))?;
+            let ctl = t.think_ctl();
+            (Some(t), ctl)
+        } else {
+            (None, ThinkCtl::Template)
+        };
+        let sampler = match cfg.sampling {
+            Sampling::Greedy => None,
+            Sampling::Sample {
+                temp,
+                top_k,
+                top_p,
+                seed,
+            } => Some(ctx.sampler(SamplerParams {
+                temp,
+                top_k,
+                top_p,
+                seed,
+            })),
+        };
+        Ok(Self {
+            cfg,
+            facts,
+            ctx,
+            abort,
+            resolved,
+            auto_budget,
+            probe,
+            load_s,
+            streaming,
+            csv,
+            io_trace,
+            sampler,
+            feed: cfg.feed_random.map(TokenFeed::new),
+            template,
+            think_ctl,
+            _dense_arena: dense_arena,
+        })
     }
-    if cfg.stream.is_none() && cfg.route_trace.is_some() {
-        let _ = writeln!(
-            note,
-            "bmoe: warning: --route-trace needs --moe-stream (without streaming there is no routing to observe) — no route trace will be written"
+
+    /// The llama.cpp context (for callers that run their own decodes, e.g. `decide`).
+    pub fn ctx_mut(&mut self) -> &mut Context<'m, MoeHook> {
+        &mut self.ctx
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'m Model {
+        self.ctx.model()
+    }
+
+    /// The chat template, with `--chatml`.
+    pub fn template(&self) -> Option<&ChatTemplate> {
+        self.template.as_ref()
+    }
+
+    /// How a `think=false` turn is honoured (`template` without `--chatml`).
+    pub fn think_ctl(&self) -> ThinkCtl {
+        self.think_ctl
+    }
+
+    /// `general.architecture`.
+    pub fn arch(&self) -> &str {
+        &self.facts.arch
+    }
+
+    /// The effective routing top-k (0 on a dense model).
+    pub fn n_expert_used(&self) -> u64 {
+        self.resolved.n_expert_used
+    }
+
+    /// Seconds from the start of loading to the engine being ready.
+    pub fn load_s(&self) -> f64 {
+        self.load_s
+    }
+
+    /// Whether expert streaming is on.
+    pub fn streaming(&self) -> bool {
+        self.streaming
+    }
+
+    /// The expert-cache budget in effect, MiB (0 without streaming or with the cache off).
+    pub fn cache_budget_mib(&self) -> f64 {
+        if self.cache_on() {
+            self.resolved.cache_mb as f64
+        } else {
+            0.0
+        }
+    }
+
+    fn cache_on(&self) -> bool {
+        self.streaming && self.resolved.cache_mb > 0
+    }
+
+    /// The abort flag the context polls between graph nodes: raising it stops the decode in
+    /// flight (a cancel). Lower it with [`Self::clear_abort`] before the next turn.
+    pub fn abort_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.abort)
+    }
+
+    /// Lowers the abort flag (a cancel that arrived after its turn ended must not stop the next).
+    pub fn clear_abort(&self) {
+        self.abort.store(false, Ordering::SeqCst);
+    }
+
+    /// Tokenizes `text` as a prompt (special tokens parsed, BOS as the model wants).
+    pub fn tokenize(&self, text: &str) -> Result<Vec<Token>, EngineError> {
+        self.model()
+            .tokenize(text)
+            .map_err(|e| fail(e, "check the prompt text"))
+    }
+
+    /// What the `mode:` summary line says about this engine.
+    pub fn mode_line(&self) -> ModeLine {
+        if self.streaming {
+            ModeLine::Streaming {
+                cache_mb: self.resolved.cache_mb,
+                auto: self.auto_budget.is_some(),
+                dense: self.resolved.dense_weights,
+            }
+        } else if recipe_for(&self.facts.arch).is_some() {
+            ModeLine::PlainStreamable {
+                arch: self.facts.arch.clone(),
+            }
+        } else {
+            ModeLine::PlainUnsupported {
+                arch: self.facts.arch.clone(),
+            }
+        }
+    }
+
+    fn stream_stats(&mut self) -> Option<StreamStats> {
+        stream_stats(&mut self.ctx)
+    }
+
+    /// The next token after the last decode: the sampler's (or argmax) pick, or the benchmark
+    /// feed's. Records the logits' hash.
+    fn pick(&mut self, hashes: &mut Vec<u64>) -> Token {
+        let model = self.ctx.model();
+        let logits = self.ctx.last_logits();
+        hashes.push(logits_hash(logits));
+        let chosen = match self.sampler.as_mut() {
+            Some(s) => self.ctx.sample(s),
+            None => argmax(logits),
+        };
+        match self.feed.as_mut() {
+            Some(f) => f.next_token(model.n_vocab(), |t| model.is_eog(t)),
+            None => chosen,
+        }
+    }
+
+    /// Runs one turn: prefills `turn.tokens[turn.n_reused..]` (the KV must hold exactly the
+    /// first `n_reused`), then generates up to `turn.n_predict` tokens, writing per-token output
+    /// to `out`, rows to the CSV and a `# summary` trailer at the end. `cancelled` is polled
+    /// between tokens and after an aborted decode: when it says so the turn stops early and
+    /// returns with [`Generation::cancelled`] set (the KV then holds a partial turn).
+    ///
+    /// # Errors
+    /// A failed decode (with the streamer's read error when that is what stopped it).
+    pub fn generate(
+        &mut self,
+        turn: &Turn<'_>,
+        out: &mut dyn Write,
+        note: &mut dyn Write,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Generation, EngineError> {
+        let cfg = self.cfg;
+        let model = self.ctx.model();
+        let cache_on = self.cache_on();
+        let cache_budget_mib = self.cache_budget_mib();
+        let page_size = system_page_size() as u64;
+        let n_ctx_tokens = turn.tokens.len();
+        let mut g = Generation::default();
+        let Some(fresh) = turn.tokens.get(turn.n_reused..).filter(|t| !t.is_empty()) else {
+            return Err(fail(
+                "internal: a turn must prefill at least one token",
+                "report a bug",
+            ));
+        };
+        let mut prompt = fresh.to_vec();
+        let n_prompt = prompt.len();
+
+        let pre_stats = self.stream_stats();
+        let pre_proc = process_sample();
+        let t_prefill = Instant::now();
+        begin_trace(
+            &mut self.ctx,
+            turn.turn,
+            true,
+            turn.n_reused as i64,
+            n_prompt,
         );
-    }
-    if cfg.stream.is_none() && cfg.io_trace.is_some() {
-        let _ = writeln!(
+        let r = self.ctx.decode(&mut prompt);
+        end_trace(&mut self.ctx, note);
+        drain_io(
+            &mut self.ctx,
+            &mut self.io_trace,
+            turn.turn,
+            PHASE_PREFILL,
+            n_ctx_tokens as i64 - 1,
             note,
-            "bmoe: warning: --io-trace needs --moe-stream (plain llama.cpp issues no expert reads) — no io trace will be written"
         );
+        if let Err(e) = r {
+            let read_err = self.ctx.hook_mut().and_then(MoeHook::take_error);
+            if read_err.is_none() && e == DecodeError::Aborted && cancelled() {
+                g.cancelled = true;
+                g.summary = RunSummary {
+                    threads: cfg.threads,
+                    load_s: self.load_s,
+                    ..Default::default()
+                };
+                return Ok(g);
+            }
+            return Err(decode_error(e, read_err, "prefill decode"));
+        }
+        let prefill_s = t_prefill.elapsed().as_secs_f64();
+        let post_proc = process_sample();
+        let mut tctx = TrailerContext {
+            cache_budget_mib,
+            prefill_cpu_s: post_proc.cpu_ns.saturating_sub(pre_proc.cpu_ns) as f64 / 1e9,
+            ..Default::default()
+        };
+        if let (Some(a), Some(b)) = (pre_stats, self.stream_stats()) {
+            tctx.prefill_read_bytes = b.read_bytes - a.read_bytes;
+            tctx.prefill_io_s = (b.io_ns - a.io_ns) as f64 / 1e9;
+            tctx.prefill_mgmt_s = (b.mgmt_ns - a.mgmt_ns) as f64 / 1e9;
+        }
+        let mut encoder = DeltaEncoder::new();
+        let mut text = Utf8Stream::default();
+        let base = self.stream_stats();
+        let mut prev = base;
+        let mut hashes = Vec::new();
+        let mut tok = self.pick(&mut hashes);
+        let mut last_end = Instant::now();
+        let mut summary = RunSummary {
+            threads: cfg.threads,
+            n_prompt,
+            prefill_s,
+            load_s: self.load_s,
+            ..Default::default()
+        };
+        for step in 1..=turn.n_predict {
+            if model.is_eog(tok) {
+                hashes.pop();
+                break;
+            }
+            if cancelled() {
+                g.cancelled = true;
+                hashes.pop();
+                break;
+            }
+            if cfg.dump_logits_hash
+                && let Some(h) = hashes.last()
+            {
+                let _ = writeln!(note, "logits-hash step={step} token={tok} hash={h:016x}");
+            }
+            g.tokens.push(tok);
+            let pos = (n_ctx_tokens + step - 1) as i64;
+            let p0 = process_sample();
+            let t0 = Instant::now();
+            let loop_overhead_ms = (t0 - last_end).as_secs_f64() * 1e3;
+            let mut batch = [tok];
+            begin_trace(&mut self.ctx, turn.turn, false, pos, 1);
+            let r = self.ctx.decode(&mut batch);
+            let wall = t0.elapsed();
+            last_end = Instant::now();
+            let p1 = process_sample();
+            // trace writing lands in the next token's loop_overhead_ms, not in this decode
+            end_trace(&mut self.ctx, note);
+            drain_io(
+                &mut self.ctx,
+                &mut self.io_trace,
+                turn.turn,
+                PHASE_DECODE,
+                pos,
+                note,
+            );
+            if let Err(e) = r {
+                let read_err = self.ctx.hook_mut().and_then(MoeHook::take_error);
+                if read_err.is_none() && e == DecodeError::Aborted && cancelled() {
+                    // the token was never decoded: it is not part of the turn
+                    g.tokens.pop();
+                    hashes.pop();
+                    g.cancelled = true;
+                    break;
+                }
+                return Err(decode_error(e, read_err, "generation decode"));
+            }
+            let delta = text.push(&model.token_piece(tok));
+            let now = self.stream_stats();
+            let d = match (now, prev) {
+                (Some(n), Some(p)) => StreamStats {
+                    read_bytes: n.read_bytes - p.read_bytes,
+                    io_ns: n.io_ns - p.io_ns,
+                    mgmt_ns: n.mgmt_ns - p.mgmt_ns,
+                    ..n
+                },
+                _ => StreamStats::default(),
+            };
+            prev = now;
+            let hit = match now {
+                Some(n) if cache_on && n.lookups > 0 => 100.0 * n.hits as f64 / n.lookups as f64,
+                _ => -1.0,
+            };
+            let row = TokenStats {
+                step,
+                steps: turn.n_predict,
+                wall_ms: wall.as_secs_f64() * 1e3,
+                io_ms: d.io_ns as f64 / 1e6,
+                mgmt_ms: d.mgmt_ns as f64 / 1e6,
+                stall_ms: 0.0,
+                read_bytes: d.read_bytes,
+                cache_hit_pct: hit,
+                majflt: p1.majflt.saturating_sub(p0.majflt),
+                cpu_ms: p1.cpu_ns.saturating_sub(p0.cpu_ns) as f64 / 1e6,
+                // probed outside the decode bracket: its cost lands in loop_overhead_ms
+                dense_resident_frac: self.probe.sample(step).0,
+                compute_ms: 0.0,
+            }
+            .with_residual();
+            tctx.loop_overhead_s += loop_overhead_ms / 1e3;
+            if let Some(sink) = self.csv.as_mut() {
+                let rctx = RowContext {
+                    turn: u64::from(turn.turn),
+                    memory: MemorySnapshot::sample(),
+                    cache_budget_mib,
+                    loop_overhead_ms,
+                    page_size,
+                };
+                if let Err(e) = sink.write_row(&token_row(&row, &rctx)) {
+                    let _ = writeln!(note, "bmoe: warning: {e} — metrics stop here");
+                    self.csv = None;
+                }
+            }
+            summary.n_gen += 1;
+            summary.decode_s += wall.as_secs_f64();
+            summary.cpu_s += row.cpu_ms / 1e3;
+            summary.majflt += row.majflt;
+            if turn.progress {
+                if let Some(l) = load_line(&row) {
+                    let _ = writeln!(out, "{l}");
+                }
+                let line = match turn.split {
+                    Some((tags, starts)) => {
+                        let (reasoning, answer) = split_reasoning(text.text(), tags, starts);
+                        progress_line_deltas(&row, &encoder.encode(&reasoning, &answer))
+                    }
+                    None => progress_line(&row, &delta),
+                };
+                let _ = writeln!(out, "{line}");
+            } else {
+                let _ = write!(out, "{delta}");
+            }
+            let _ = out.flush();
+            g.rows.push(row);
+            tok = self.pick(&mut hashes);
+        }
+        tctx.loop_overhead_s += last_end.elapsed().as_secs_f64();
+        g.tail = text.finish();
+        if self.streaming
+            && let (Some(n), Some(b)) = (self.stream_stats(), base)
+        {
+            summary.stream = Some(StreamSummary {
+                read_bytes: n.read_bytes - b.read_bytes,
+                io_s: (n.io_ns - b.io_ns) as f64 / 1e9,
+                mgmt_s: (n.mgmt_ns - b.mgmt_ns) as f64 / 1e9,
+                cache_hit_pct: if cache_on && n.lookups > 0 {
+                    100.0 * n.hits as f64 / n.lookups as f64
+                } else {
+                    -1.0
+                },
+                resident_bytes: n.resident_bytes,
+                evictions: n.evictions,
+                rereads: n.rereads,
+                auto_budget_mib: self.auto_budget,
+                token_demand_bytes: n.token_demand_bytes,
+                layer_demand_bytes: n.layer_demand_bytes,
+            });
+        }
+        tctx.cgroup_usage_bytes = cgroup_memory()
+            .filter(|c| c.limit.is_some())
+            .map(|c| c.usage);
+        if let Some(sink) = self.csv.as_mut()
+            && let Err(e) = sink.write_summary(&trailer(&summary, &tctx))
+        {
+            let _ = writeln!(note, "bmoe: warning: {e}");
+        }
+        let _ = out.flush();
+        g.text = text.text().to_string();
+        (g.reasoning, g.answer) = match turn.split {
+            Some((tags, starts)) => split_reasoning(&g.text, tags, starts),
+            None => (String::new(), g.text.clone()),
+        };
+        g.logits_hashes = hashes;
+        g.summary = summary;
+        g.trailer = tctx;
+        Ok(g)
     }
-    let load_s = t_load.elapsed().as_secs_f64();
-    let setup = Setup {
-        facts: &facts,
-        resolved,
-        auto_budget,
-        probe,
-        load_s,
-        _dense_arena: dense_arena,
-    };
-    generate(cfg, &mut ctx, setup, out, note)
 }
 
 /// The route trace preamble from the model file.
@@ -502,6 +1143,7 @@ fn end_trace(ctx: &mut Context<'_, MoeHook>, note: &mut dyn Write) {
 fn drain_io(
     ctx: &mut Context<'_, MoeHook>,
     io: &mut Option<IoTracer>,
+    turn: u32,
     phase: u8,
     step: i64,
     note: &mut dyn Write,
@@ -511,370 +1153,16 @@ fn drain_io(
         return;
     };
     let reads = s.take_io_log();
-    if let Err(e) = t.write_decode(0, phase, step, &reads) {
+    if let Err(e) = t.write_decode(turn, phase, step, &reads) {
         let _ = writeln!(note, "bmoe: warning: {e} — the io trace stops here");
         *io = None;
     }
-}
-
-/// What `run` settled on at load, handed to the generation.
-struct Setup<'f> {
-    facts: &'f ModelFacts,
-    resolved: ResolvedRun,
-    auto_budget: Option<u64>,
-    probe: DenseProbe,
-    load_s: f64,
-    /// `--dense-weights anon`'s pages, owned for the run.
-    _dense_arena: Option<crate::vm::Arena>,
 }
 
 fn stream_stats(ctx: &mut Context<'_, MoeHook>) -> Option<StreamStats> {
     ctx.hook_mut()
         .and_then(|h| h.streamer())
         .map(Streamer::stats)
-}
-
-/// With `--chatml`: the template's think markers and whether the generation starts inside a
-/// think span.
-type ChatSplit = Option<(Option<crate::chat::ThinkTags>, bool)>;
-
-/// `--chatml`: the rendered prompt and how to split the generation.
-fn render_chat(
-    cfg: &RunConfig,
-    model: &crate::ffi::Model,
-) -> Result<(String, ChatSplit), EngineError> {
-    if !cfg.chatml {
-        return Ok((cfg.prompt.clone(), None));
-    }
-    let hint = "run without --chatml to pass the prompt as raw text";
-    let src = model
-        .meta_str("tokenizer.chat_template")
-        .ok_or_else(|| fail(crate::chat::ChatError::NoTemplate.to_string(), hint))?;
-    let bos = String::from_utf8_lossy(&model.token_piece(model.bos())).into_owned();
-    let t = ChatTemplate::new(&src, &bos, &bos).map_err(|e| fail(e.to_string(), hint))?;
-    let rendered = t
-        .render(&cfg.prompt, cfg.think)
-        .map_err(|e| fail(e.to_string(), hint))?;
-    let starts = t.opens_in_reasoning(&rendered);
-    Ok((rendered, Some((t.think_tags(), starts))))
-}
-
-fn generate(
-    cfg: &RunConfig,
-    ctx: &mut Context<'_, MoeHook>,
-    mut setup: Setup<'_>,
-    out: &mut dyn Write,
-    note: &mut dyn Write,
-) -> Result<RunOutcome, EngineError> {
-    let facts = setup.facts;
-    let load_s = setup.load_s;
-    let model = ctx.model();
-    let (prompt_text, chat) = render_chat(cfg, model)?;
-    let mut prompt = model
-        .tokenize(&prompt_text)
-        .map_err(|e| fail(e, "check the prompt text"))?;
-    if prompt.is_empty() {
-        return Err(fail(
-            "empty prompt after tokenization",
-            "pass a non-empty -p/--prompt",
-        ));
-    }
-    if prompt.len() + cfg.n_predict > cfg.n_ctx as usize {
-        return Err(fail(
-            format!(
-                "prompt ({} tokens) + -n {} exceeds -c/--ctx-size {}",
-                prompt.len(),
-                cfg.n_predict,
-                cfg.n_ctx
-            ),
-            "raise -c/--ctx-size or lower -n/--n-predict",
-        ));
-    }
-    let streaming = cfg.stream.is_some() && ctx.hook_mut().is_some_and(|h| h.streamer().is_some());
-    let cache_on = streaming && setup.resolved.cache_mb > 0;
-    let cache_budget_mib = if cache_on {
-        setup.resolved.cache_mb as f64
-    } else {
-        0.0
-    };
-    let mut csv = match &cfg.csv {
-        Some(path) => match CsvSink::create(path, &crate::csv_sink::run_info(cfg, &setup.resolved))
-        {
-            Ok(s) => Some(s),
-            Err(e) => {
-                let _ = writeln!(note, "bmoe: warning: {e} — no metrics will be written");
-                None
-            }
-        },
-        None => None,
-    };
-    let mut io_trace = match (&cfg.io_trace, streaming) {
-        (Some(path), true) => {
-            let info = DecodeTraceInfo {
-                model: Some(cfg.model.display().to_string()),
-                arch: Some(setup.resolved.arch.clone()),
-                n_layer: Some(setup.resolved.n_layer),
-                n_threads: Some(cfg.threads as u64),
-                io_threads: Some(setup.resolved.io_threads),
-                o_direct: Some(setup.resolved.o_direct),
-                overlap: Some(false),
-                ..Default::default()
-            };
-            let t = IoTracer::create(path, &info)
-                .map_err(|e| fail(e, "check that the --io-trace folder exists and is writable"))?;
-            if let Some(s) = ctx.hook_mut().and_then(MoeHook::streamer_mut) {
-                s.log_io();
-            }
-            Some(t)
-        }
-        _ => None,
-    };
-    if let Some((path, granularity)) = &cfg.compute_trace {
-        let info = DecodeTraceInfo {
-            model: Some(cfg.model.display().to_string()),
-            arch: Some(setup.resolved.arch.clone()),
-            n_layer: Some(setup.resolved.n_layer),
-            n_threads: Some(cfg.threads as u64),
-            io_threads: Some(setup.resolved.io_threads),
-            o_direct: Some(setup.resolved.o_direct),
-            overlap: Some(false),
-            ..Default::default()
-        };
-        let t = ComputeTracer::create(path, &info, *granularity)
-            .map_err(|e| fail(e, "check that the trace's folder exists and is writable"))?;
-        if let Some(h) = ctx.hook_mut() {
-            h.trace_compute(t);
-        }
-    }
-    let page_size = system_page_size() as u64;
-    if !cfg.progress {
-        let _ = write!(out, "{prompt_text}");
-        let _ = out.flush();
-    }
-
-    let pre_stats = stream_stats(ctx);
-    let pre_proc = process_sample();
-    let t_prefill = Instant::now();
-    let n_prompt = prompt.len();
-    begin_trace(ctx, 0, true, 0, n_prompt);
-    if let Err(e) = ctx.decode(&mut prompt) {
-        return Err(decode_error(e, ctx.hook_mut(), "prefill decode"));
-    }
-    end_trace(ctx, note);
-    drain_io(ctx, &mut io_trace, PHASE_PREFILL, n_prompt as i64 - 1, note);
-    let prefill_s = t_prefill.elapsed().as_secs_f64();
-    let post_proc = process_sample();
-    let mut tctx = TrailerContext {
-        cache_budget_mib,
-        prefill_cpu_s: post_proc.cpu_ns.saturating_sub(pre_proc.cpu_ns) as f64 / 1e9,
-        ..Default::default()
-    };
-    if let (Some(a), Some(b)) = (pre_stats, stream_stats(ctx)) {
-        tctx.prefill_read_bytes = b.read_bytes - a.read_bytes;
-        tctx.prefill_io_s = (b.io_ns - a.io_ns) as f64 / 1e9;
-        tctx.prefill_mgmt_s = (b.mgmt_ns - a.mgmt_ns) as f64 / 1e9;
-    }
-    let mut encoder = DeltaEncoder::new();
-
-    let mut sampler = match cfg.sampling {
-        Sampling::Greedy => None,
-        Sampling::Sample {
-            temp,
-            top_k,
-            top_p,
-            seed,
-        } => Some(ctx.sampler(SamplerParams {
-            temp,
-            top_k,
-            top_p,
-            seed,
-        })),
-    };
-    let mut feed = cfg.feed_random.map(TokenFeed::new);
-    let n_vocab = model.n_vocab();
-    let mut pick = |ctx: &mut Context<'_, MoeHook>, hashes: &mut Vec<u64>| -> Token {
-        let logits = ctx.last_logits();
-        hashes.push(logits_hash(logits));
-        let chosen = match sampler.as_mut() {
-            Some(s) => ctx.sample(s),
-            None => argmax(logits),
-        };
-        match feed.as_mut() {
-            Some(f) => f.next_token(n_vocab, |t| model.is_eog(t)),
-            None => chosen,
-        }
-    };
-
-    let mut outcome = RunOutcome::default();
-    let mut text = Utf8Stream::default();
-    let base = stream_stats(ctx);
-    let mut prev = base;
-    let mut tok = pick(ctx, &mut outcome.logits_hashes);
-    let mut last_end = Instant::now();
-    let mut summary = RunSummary {
-        threads: cfg.threads,
-        n_prompt,
-        prefill_s,
-        load_s,
-        ..Default::default()
-    };
-    for step in 1..=cfg.n_predict {
-        if model.is_eog(tok) {
-            outcome.logits_hashes.pop();
-            break;
-        }
-        if cfg.dump_logits_hash
-            && let Some(h) = outcome.logits_hashes.last()
-        {
-            let _ = writeln!(note, "logits-hash step={step} token={tok} hash={h:016x}");
-        }
-        outcome.tokens.push(tok);
-        let delta = text.push(&model.token_piece(tok));
-        let p0 = process_sample();
-        let t0 = Instant::now();
-        let loop_overhead_ms = (t0 - last_end).as_secs_f64() * 1e3;
-        let mut batch = [tok];
-        begin_trace(ctx, 0, false, (n_prompt + step - 1) as i64, 1);
-        let r = ctx.decode(&mut batch);
-        let wall = t0.elapsed();
-        last_end = Instant::now();
-        let p1 = process_sample();
-        // trace writing lands in the next token's loop_overhead_ms, not in this decode
-        end_trace(ctx, note);
-        drain_io(
-            ctx,
-            &mut io_trace,
-            PHASE_DECODE,
-            (n_prompt + step - 1) as i64,
-            note,
-        );
-        if let Err(e) = r {
-            return Err(decode_error(e, ctx.hook_mut(), "generation decode"));
-        }
-        let now = stream_stats(ctx);
-        let d = match (now, prev) {
-            (Some(n), Some(p)) => StreamStats {
-                read_bytes: n.read_bytes - p.read_bytes,
-                io_ns: n.io_ns - p.io_ns,
-                mgmt_ns: n.mgmt_ns - p.mgmt_ns,
-                ..n
-            },
-            _ => StreamStats::default(),
-        };
-        prev = now;
-        let hit = match now {
-            Some(n) if cache_on && n.lookups > 0 => 100.0 * n.hits as f64 / n.lookups as f64,
-            _ => -1.0,
-        };
-        let row = TokenStats {
-            step,
-            steps: cfg.n_predict,
-            wall_ms: wall.as_secs_f64() * 1e3,
-            io_ms: d.io_ns as f64 / 1e6,
-            mgmt_ms: d.mgmt_ns as f64 / 1e6,
-            stall_ms: 0.0,
-            read_bytes: d.read_bytes,
-            cache_hit_pct: hit,
-            majflt: p1.majflt.saturating_sub(p0.majflt),
-            cpu_ms: p1.cpu_ns.saturating_sub(p0.cpu_ns) as f64 / 1e6,
-            // probed outside the decode bracket: its cost lands in loop_overhead_ms
-            dense_resident_frac: setup.probe.sample(step).0,
-            compute_ms: 0.0,
-        }
-        .with_residual();
-        tctx.loop_overhead_s += loop_overhead_ms / 1e3;
-        if let Some(sink) = csv.as_mut() {
-            let rctx = RowContext {
-                turn: 0,
-                memory: MemorySnapshot::sample(),
-                cache_budget_mib,
-                loop_overhead_ms,
-                page_size,
-            };
-            if let Err(e) = sink.write_row(&token_row(&row, &rctx)) {
-                let _ = writeln!(note, "bmoe: warning: {e} — metrics stop here");
-                csv = None;
-            }
-        }
-        summary.n_gen += 1;
-        summary.decode_s += wall.as_secs_f64();
-        summary.cpu_s += row.cpu_ms / 1e3;
-        summary.majflt += row.majflt;
-        if cfg.progress {
-            if let Some(l) = load_line(&row) {
-                let _ = writeln!(out, "{l}");
-            }
-            let line = match chat {
-                Some((tags, starts)) => {
-                    let (reasoning, answer) = split_reasoning(text.text(), tags, starts);
-                    progress_line_deltas(&row, &encoder.encode(&reasoning, &answer))
-                }
-                None => progress_line(&row, &delta),
-            };
-            let _ = writeln!(out, "{line}");
-        } else {
-            let _ = write!(out, "{delta}");
-        }
-        let _ = out.flush();
-        outcome.rows.push(row);
-        tok = pick(ctx, &mut outcome.logits_hashes);
-    }
-    tctx.loop_overhead_s += last_end.elapsed().as_secs_f64();
-    let tail = text.finish();
-    if !cfg.progress {
-        let _ = writeln!(out, "{tail}\n");
-    }
-    if streaming && let (Some(n), Some(b)) = (stream_stats(ctx), base) {
-        summary.stream = Some(StreamSummary {
-            read_bytes: n.read_bytes - b.read_bytes,
-            io_s: (n.io_ns - b.io_ns) as f64 / 1e9,
-            mgmt_s: (n.mgmt_ns - b.mgmt_ns) as f64 / 1e9,
-            cache_hit_pct: if cache_on && n.lookups > 0 {
-                100.0 * n.hits as f64 / n.lookups as f64
-            } else {
-                -1.0
-            },
-            resident_bytes: n.resident_bytes,
-            evictions: n.evictions,
-            rereads: n.rereads,
-            auto_budget_mib: setup.auto_budget,
-            token_demand_bytes: n.token_demand_bytes,
-            layer_demand_bytes: n.layer_demand_bytes,
-        });
-    }
-    let mode = if streaming {
-        ModeLine::Streaming {
-            cache_mb: setup.resolved.cache_mb,
-            auto: setup.auto_budget.is_some(),
-            dense: setup.resolved.dense_weights,
-        }
-    } else if recipe_for(&facts.arch).is_some() {
-        ModeLine::PlainStreamable {
-            arch: facts.arch.clone(),
-        }
-    } else {
-        ModeLine::PlainUnsupported {
-            arch: facts.arch.clone(),
-        }
-    };
-    if cfg.progress {
-        let _ = writeln!(out, "{ANSWER_BANNER}\n{}\n{PERF_BANNER}", text.text());
-    }
-    for line in summary_lines(&summary, &mode) {
-        let _ = writeln!(out, "{line}");
-    }
-    tctx.cgroup_usage_bytes = cgroup_memory()
-        .filter(|c| c.limit.is_some())
-        .map(|c| c.usage);
-    if let Some(sink) = csv.as_mut()
-        && let Err(e) = sink.write_summary(&trailer(&summary, &tctx))
-    {
-        let _ = writeln!(note, "bmoe: warning: {e}");
-    }
-    let _ = out.flush();
-    outcome.text = text.text().to_string();
-    outcome.summary = summary;
-    Ok(outcome)
 }
 
 #[cfg(test)]
