@@ -9,6 +9,7 @@ use bmoe_telemetry::protocol::{Done, LineKind, Progress, Record, parse_line};
 use bmoe_telemetry::summary::{Mode, SummaryLine, parse_summary_line};
 
 use crate::model::{Event, RunConfig, RunSummary, TextDelta, TokenSample};
+use crate::session::{ReadyFacts, SessionEvent};
 
 /// `Some(x)` for a finite `x`, else `None` (the parser's NaN = "missing").
 fn fin(x: f64) -> Option<f64> {
@@ -165,7 +166,7 @@ impl LineDecoder {
                 self.in_answer = false;
                 return vec![Event::FinalText {
                     text: std::mem::take(&mut self.answer).join("\n"),
-                    reasoning: String::new(),
+                    reasoning: None,
                 }];
             }
             self.answer.push(raw.trim_end_matches('\r').to_string());
@@ -202,29 +203,54 @@ impl LineDecoder {
                 c.set("n_ctx", r.n_ctx.to_string());
                 c.set("n_expert_used", r.n_expert_used.to_string());
                 c.set("think_ctl", r.think_ctl.as_str());
-                vec![Event::Config(c)]
+                vec![
+                    Event::Config(c),
+                    Event::Session(SessionEvent::Ready(ReadyFacts {
+                        load_s: fin(r.load_s).unwrap_or(0.0),
+                        arch: r.arch.clone(),
+                        n_ctx: r.n_ctx,
+                        think_ctl: r.think_ctl.as_str().to_string(),
+                        n_expert_used: r.n_expert_used,
+                    })),
+                ]
             }
-            Record::Begin(_) => {
+            Record::Begin(b) => {
                 self.summary = None;
-                vec![Event::Begin]
+                vec![Event::Begin, Event::Session(SessionEvent::Begin(b.id))]
             }
             Record::Done(d) => {
                 let mut out = Vec::new();
+                // A DONE without text (a baseline, a turn cancelled before its first token)
+                // leaves whatever streamed.
                 if !d.text.is_empty() || !d.reasoning.is_empty() {
                     out.push(Event::FinalText {
                         text: d.text.clone(),
-                        reasoning: d.reasoning.clone(),
+                        reasoning: Some(d.reasoning.clone()),
                     });
                 }
                 out.push(Event::Summary(Box::new(done_to_summary(&d))));
+                out.push(Event::Session(SessionEvent::Done {
+                    id: d.id,
+                    cancelled: d.cancelled,
+                    tokens: d.tokens,
+                    tok_s: fin(d.tok_s).unwrap_or(0.0),
+                    n_past: d.n_past,
+                }));
                 out
             }
             Record::Decide(_) => vec![Event::Log("BMOE_DECIDE received".into())],
-            Record::Error(e) => vec![Event::Log(format!(
-                "engine error{}: {}",
-                if e.fatal { " (fatal)" } else { "" },
-                e.msg
-            ))],
+            Record::Error(e) => vec![
+                Event::Log(format!(
+                    "engine error{}: {}",
+                    if e.fatal { " (fatal)" } else { "" },
+                    e.msg
+                )),
+                Event::Session(SessionEvent::Error {
+                    id: e.id,
+                    fatal: e.fatal,
+                    msg: e.msg.clone(),
+                }),
+            ],
         }
     }
 
@@ -265,7 +291,7 @@ impl LineDecoder {
             self.in_answer = false;
             return vec![Event::FinalText {
                 text: std::mem::take(&mut self.answer).join("\n"),
-                reasoning: String::new(),
+                reasoning: None,
             }];
         }
         Vec::new()

@@ -1,6 +1,7 @@
 //! `bmoe-top`: the live telemetry panel for bmoe runs, in the terminal.
 //!
-//! Three sources feed one state: a spawned engine (`bmoe-top -- bmoe-cli … --progress`), the
+//! Four sources feed one state: a spawned engine (`bmoe-top -- bmoe-cli … --progress`), an
+//! engine session driven from a prompt line (`bmoe-top --session -- bmoe-cli … --session`), the
 //! protocol on stdin (`bmoe-cli … --progress | bmoe-top`), and a recorded metrics CSV
 //! (`bmoe-top --replay run.csv`). The state ([`state`]) is a fold over [`model::Event`]s, the
 //! drawing ([`ui`]) a pure function of that state, and the figures ([`figures`]) small
@@ -14,6 +15,7 @@ pub mod figures;
 pub mod keys;
 pub mod model;
 pub mod replay;
+pub mod session;
 pub mod source;
 pub mod state;
 pub mod theme;

@@ -92,7 +92,11 @@ pub struct Memory {
     pub cache_budget_mib: f64,
 }
 
-/// How a token's text deltas change the streamed answer.
+/// How a token's text deltas change the streamed answer: the `delta_*` / `reset` fields of a
+/// `BMOE_PROGRESS` line, applied by `bmoe_telemetry`'s [`TextAccumulator`], the one
+/// implementation of the contract's rule.
+///
+/// [`TextAccumulator`]: bmoe_telemetry::deltas::TextAccumulator
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TextDelta {
     /// New thinking-span text (or its full snapshot when `reset`).
@@ -101,6 +105,18 @@ pub struct TextDelta {
     pub text: String,
     /// `"reset":1`: the strings replace the accumulated text instead of extending it.
     pub reset: bool,
+}
+
+impl TextDelta {
+    /// The delta as the text fields of a progress record (what the accumulator reads).
+    pub fn to_progress(&self) -> bmoe_telemetry::protocol::Progress {
+        bmoe_telemetry::protocol::Progress {
+            reset: self.reset,
+            delta_reasoning: self.reasoning.clone(),
+            delta_text: self.text.clone(),
+            ..bmoe_telemetry::protocol::Progress::default()
+        }
+    }
 }
 
 /// Run facts that decide how figures are read: the CSV preamble, the spawned command line, or
@@ -279,13 +295,17 @@ pub enum Event {
     },
     /// One token, with its text deltas when the source streams text.
     Token(Box<TokenSample>, Option<TextDelta>),
-    /// The full answer as printed after `=== answer ===` (the one-shot end-of-run block).
+    /// The final texts of a generation: `BMOE_DONE`'s (both), or the one-shot `=== answer ===`
+    /// block (the answer only).
     FinalText {
         /// The answer.
         text: String,
-        /// The thinking span, when the source separates it.
-        reasoning: String,
+        /// The thinking span; `None` when the source does not separate it (the streamed one
+        /// is kept).
+        reasoning: Option<String>,
     },
+    /// Session mode: a control line of the engine or a request of the panel.
+    Session(crate::session::SessionEvent),
     /// End-of-generation summary.
     Summary(Box<RunSummary>),
     /// A line the contract does not allow, ignored and counted.

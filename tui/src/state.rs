@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use crate::clean::clean;
 use crate::figures::{self, Bars};
+use bmoe_telemetry::deltas::TextAccumulator;
+use bmoe_telemetry::protocol::Done;
+
 use crate::model::{Event, Memory, RunConfig, RunSummary, TextDelta, TokenSample};
+use crate::session::SessionLog;
 
 /// Lines of engine stderr kept for the log pane.
 pub const LOG_KEEP: usize = 500;
@@ -65,10 +69,11 @@ pub struct RunState {
     pub wall_hist: Vec<f64>,
     /// Flash MiB per timed row over the whole source (sparkline).
     pub read_hist: Vec<f64>,
-    /// Streamed answer.
-    pub answer: String,
-    /// Streamed thinking span.
-    pub reasoning: String,
+    /// The generation's answer and thinking span as the engine sent them (raw; [`Self::answer`]
+    /// and [`Self::reasoning`] give them cleaned for drawing).
+    pub text: TextAccumulator,
+    /// Session mode: the conversation.
+    pub session: SessionLog,
     /// End-of-generation summary, once it arrived: the panel switches to run averages.
     pub summary: Option<RunSummary>,
     /// Lines ignored as malformed.
@@ -113,12 +118,21 @@ impl RunState {
             }
             Event::Token(sample, delta) => self.token(sample, delta.as_ref()),
             Event::FinalText { text, reasoning } => {
-                if !text.is_empty() {
-                    self.answer = clean(text, true);
-                }
-                if !reasoning.is_empty() {
-                    self.reasoning = clean(reasoning, true);
-                }
+                // DONE carries both final texts; the one-shot answer block only the answer.
+                let reasoning = match reasoning {
+                    Some(r) => r.clone(),
+                    None if text.is_empty() => return,
+                    None => self.text.reasoning().to_string(),
+                };
+                self.text.finish(&Done {
+                    text: text.clone(),
+                    reasoning,
+                    ..Done::default()
+                });
+            }
+            Event::Session(e) => {
+                self.session
+                    .apply(e, self.text.text(), self.text.reasoning());
             }
             Event::Summary(s) => {
                 if let Some(t) = s.threads
@@ -144,8 +158,7 @@ impl RunState {
 
     fn begin(&mut self) {
         self.generations += 1;
-        self.answer.clear();
-        self.reasoning.clear();
+        self.text.clear();
         self.summary = None;
         self.totals = Totals::default();
         self.last = None;
@@ -165,12 +178,7 @@ impl RunState {
         }
         if let Some(d) = delta {
             self.streams_text = true;
-            if d.reset {
-                self.reasoning.clear();
-                self.answer.clear();
-            }
-            self.reasoning.push_str(&clean(&d.reasoning, true));
-            self.answer.push_str(&clean(&d.text, true));
+            self.text.apply(&d.to_progress());
         }
         if s.is_follower() {
             return;
@@ -195,6 +203,16 @@ impl RunState {
         self.wall_hist.push(fin(s.wall_ms) / batch);
         self.read_hist.push(fin(s.read_mib) / batch);
         self.last = Some(s.clone());
+    }
+
+    /// The answer so far, cleaned for drawing.
+    pub fn answer(&self) -> String {
+        clean(self.text.text(), true)
+    }
+
+    /// The thinking span so far, cleaned for drawing.
+    pub fn reasoning(&self) -> String {
+        clean(self.text.reasoning(), true)
     }
 
     /// Whether reads overlap compute, and how that is known. The stated fact wins; without one
@@ -617,7 +635,7 @@ mod tests {
         assert!((b.wall_ms - 250.0).abs() < 1e-9);
         assert!((b.compute_ms.unwrap() - 125.0).abs() < 1e-9);
         assert!((b.flash_ms - 125.0).abs() < 1e-9);
-        assert_eq!(r.answer, "t1 t2 ");
+        assert_eq!(r.answer(), "t1 t2 ");
         assert_eq!(r.wall_hist, vec![200.0, 300.0]);
     }
 
@@ -640,8 +658,8 @@ mod tests {
                 reset: true,
             }),
         ));
-        assert_eq!(r.reasoning, "hmm");
-        assert_eq!(r.answer, "Yes");
+        assert_eq!(r.reasoning(), "hmm");
+        assert_eq!(r.answer(), "Yes");
         r.apply(&Event::Token(
             Box::default(),
             Some(TextDelta {
@@ -650,7 +668,7 @@ mod tests {
                 reset: false,
             }),
         ));
-        assert_eq!(r.answer, "Yes.");
+        assert_eq!(r.answer(), "Yes.");
     }
 
     #[test]
@@ -743,16 +761,16 @@ mod tests {
         assert_eq!(app.run.config.threads(), Some(4));
         app.step_forward();
         app.step_forward();
-        assert_eq!(app.run.answer, "t1 t2 t3 ");
+        assert_eq!(app.run.answer(), "t1 t2 t3 ");
         app.step_back();
         assert_eq!(app.run.step, 2);
-        assert_eq!(app.run.answer, "t1 t2 ");
+        assert_eq!(app.run.answer(), "t1 t2 ");
         app.seek_tokens(usize::MAX);
         assert!(app.run.summary.is_some());
         assert!(app.at_end());
         app.seek_tokens(0);
         assert_eq!(app.run.step, 0);
-        assert!(app.run.answer.is_empty());
+        assert!(app.run.answer().is_empty());
     }
 
     #[test]

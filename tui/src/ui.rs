@@ -671,24 +671,29 @@ fn pane_block(title: String, focused: bool, theme: &Theme) -> Block<'static> {
         .title(Span::styled(title, theme.title()))
 }
 
-/// The streamed answer with the thinking span set apart.
-pub fn answer_text(run: &RunState, theme: &Theme, kind: &SourceKind) -> Text<'static> {
-    let mut lines: Vec<Line> = Vec::new();
-    if !run.reasoning.is_empty() {
+/// One generation's lines: the thinking span (italic, `│ ` gutter) then the answer.
+fn push_generation(lines: &mut Vec<Line<'static>>, reasoning: &str, answer: &str, theme: &Theme) {
+    if !reasoning.is_empty() {
         lines.push(Line::styled(
             "thinking",
             theme.reasoning().add_modifier(Modifier::BOLD),
         ));
-        for l in run.reasoning.split('\n') {
+        for l in reasoning.split('\n') {
             lines.push(Line::styled(format!("│ {l}"), theme.reasoning()));
         }
         lines.push(Line::raw(""));
     }
-    if !run.answer.is_empty() {
-        for l in run.answer.split('\n') {
+    if !answer.is_empty() {
+        for l in answer.split('\n') {
             lines.push(Line::styled(l.to_string(), theme.answer()));
         }
     }
+}
+
+/// The streamed answer with the thinking span set apart.
+pub fn answer_text(run: &RunState, theme: &Theme, kind: &SourceKind) -> Text<'static> {
+    let mut lines: Vec<Line> = Vec::new();
+    push_generation(&mut lines, &run.reasoning(), &run.answer(), theme);
     // An engine that failed says why on stderr: show its last words where the answer would be.
     let failed = run.ended.as_deref().is_some_and(|e| {
         e.contains("exit status") && !e.ends_with("exit status: 0") || e.contains("signal")
@@ -724,7 +729,7 @@ pub fn answer_text(run: &RunState, theme: &Theme, kind: &SourceKind) -> Text<'st
 
 fn answer_pane(f: &mut Frame, app: &App, theme: &Theme, area: Rect) {
     let focused = app.focus == Focus::Answer;
-    let title = if app.run.reasoning.is_empty() {
+    let title = if app.run.text.reasoning().is_empty() {
         " answer ".to_string()
     } else {
         " answer · thinking in italics ".to_string()

@@ -385,8 +385,8 @@ fn reasoning_reset_is_drawn_apart() {
         progress(3, 4, 100.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, "Answer.", "").to_line(),
     ];
     let app = live("sh", &lines);
-    assert_eq!(app.run.reasoning, "plan it");
-    assert_eq!(app.run.answer, "Answer.");
+    assert_eq!(app.run.reasoning(), "plan it");
+    assert_eq!(app.run.answer(), "Answer.");
     let (screen, buf) = render_with(&app, 80, 24, ColorLevel::Full);
     assert!(screen.contains("│ plan it"), "{screen}");
     assert!(!screen.contains("<think>"), "{screen}");
@@ -586,7 +586,7 @@ fn streamed_text_matches_the_engine_side_delta_encoder() {
         lines.push(p.to_line());
         let app = live("sh", &lines);
         assert_eq!(
-            (app.run.reasoning.as_str(), app.run.answer.as_str()),
+            (app.run.reasoning().as_str(), app.run.answer().as_str()),
             (*r, *t),
             "after line {}",
             i + 1
