@@ -4,6 +4,7 @@ use crossterm::event::{
     Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind,
 };
 
+use crate::session::Composer;
 use crate::state::{App, Focus, SourceKind};
 
 /// What the user asked for.
@@ -47,6 +48,20 @@ pub enum Action {
     AnswerDown,
     /// The terminal changed size.
     Redraw,
+    /// Session: a character typed into the prompt line.
+    Type(char),
+    /// Session: Backspace.
+    Backspace,
+    /// Session: Ctrl-U clears the prompt line.
+    ClearInput,
+    /// Session: Enter sends the prompt (`generate`).
+    Send,
+    /// Session: Esc cancels the generation in flight (`cancel`).
+    Cancel,
+    /// Session: Ctrl-N toggles whether the next prompt starts a new chat (`clear_kv`).
+    NewChat,
+    /// Session: Ctrl-R toggles reasoning for the next prompt (`think`).
+    ToggleThink,
 }
 
 /// Maps one terminal event; `None` for events the panel ignores.
@@ -61,6 +76,41 @@ pub fn map(ev: &TermEvent) -> Option<Action> {
         TermEvent::Resize(..) => Some(Action::Redraw),
         _ => None,
     }
+}
+
+/// Maps one terminal event in session mode, where printable keys type into the prompt line:
+/// commands move to Enter, Esc, Tab, F1 and Ctrl chords.
+pub fn map_session(ev: &TermEvent, help_open: bool) -> Option<Action> {
+    let TermEvent::Key(k) = ev else {
+        return map(ev);
+    };
+    if k.kind == KeyEventKind::Release {
+        return None;
+    }
+    if k.modifiers.contains(KeyModifiers::CONTROL) {
+        return match k.code {
+            KeyCode::Char('c') => Some(Action::Interrupt),
+            KeyCode::Char('d') | KeyCode::Char('q') => Some(Action::Quit),
+            KeyCode::Char('n') => Some(Action::NewChat),
+            KeyCode::Char('r') => Some(Action::ToggleThink),
+            KeyCode::Char('u') => Some(Action::ClearInput),
+            _ => None,
+        };
+    }
+    Some(match k.code {
+        KeyCode::Esc if help_open => Action::CloseHelp,
+        KeyCode::Esc => Action::Cancel,
+        KeyCode::Enter => Action::Send,
+        KeyCode::Backspace => Action::Backspace,
+        KeyCode::F(1) => Action::Help,
+        KeyCode::Tab => Action::ToggleFocus,
+        KeyCode::Up => Action::ScrollUp(1),
+        KeyCode::Down => Action::ScrollDown(1),
+        KeyCode::PageUp => Action::ScrollUp(10),
+        KeyCode::PageDown => Action::ScrollDown(10),
+        KeyCode::Char(c) => Action::Type(c),
+        _ => return None,
+    })
 }
 
 fn map_key(k: &KeyEvent) -> Option<Action> {
@@ -92,11 +142,32 @@ fn map_key(k: &KeyEvent) -> Option<Action> {
     })
 }
 
-/// Applies an action to the state. Interrupt and quit are only recorded here; the event loop
-/// owns the child process and acts on them.
+/// Applies an action to the state. Interrupt and quit are only recorded here, and Send and
+/// Cancel do nothing: the event loop owns the child process and its stdin, and acts on them
+/// (through [`App::submit`] / [`App::cancel`]).
 pub fn apply(app: &mut App, action: Action) {
     app.dirty = true;
+    if !matches!(action, Action::Redraw | Action::Send | Action::Cancel) {
+        app.composer.notice = None;
+    }
     match action {
+        Action::Type(c) => app.composer.input.push(c),
+        Action::Backspace => {
+            app.composer.input.pop();
+        }
+        Action::ClearInput => app.composer.input.clear(),
+        Action::Send | Action::Cancel => {}
+        Action::NewChat => app.composer.new_chat = !app.composer.new_chat,
+        Action::ToggleThink => {
+            if Composer::think_controllable(&app.run.session) {
+                app.composer.think = !app.composer.think;
+            } else {
+                app.composer.notice = Some(
+                    "this model reasons on every turn (think_ctl none): it cannot be turned off"
+                        .into(),
+                );
+            }
+        }
         Action::Quit => app.quit = true,
         Action::Interrupt => {}
         Action::Pause => app.toggle_pause(),
@@ -172,6 +243,38 @@ mod tests {
             modifiers: KeyModifiers::NONE,
         });
         assert_eq!(map(&wheel), Some(Action::AnswerUp));
+    }
+
+    #[test]
+    fn session_keys_type_into_the_prompt_and_chords_command() {
+        let k = |code| map_session(&key(code), false);
+        assert_eq!(k(KeyCode::Char('q')), Some(Action::Type('q')));
+        assert_eq!(k(KeyCode::Char(' ')), Some(Action::Type(' ')));
+        assert_eq!(k(KeyCode::Enter), Some(Action::Send));
+        assert_eq!(k(KeyCode::Esc), Some(Action::Cancel));
+        assert_eq!(
+            map_session(&key(KeyCode::Esc), true),
+            Some(Action::CloseHelp)
+        );
+        assert_eq!(k(KeyCode::F(1)), Some(Action::Help));
+        let ctrl = |c| TermEvent::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL));
+        assert_eq!(map_session(&ctrl('n'), false), Some(Action::NewChat));
+        assert_eq!(map_session(&ctrl('c'), false), Some(Action::Interrupt));
+        assert_eq!(map_session(&ctrl('d'), false), Some(Action::Quit));
+
+        let mut app = App::new(SourceKind::Session, "s", RunConfig::default());
+        for c in "hi!".chars() {
+            apply(&mut app, Action::Type(c));
+        }
+        apply(&mut app, Action::Backspace);
+        assert_eq!(app.composer.input, "hi");
+        assert!(app.composer.new_chat);
+        apply(&mut app, Action::NewChat);
+        assert!(!app.composer.new_chat);
+        apply(&mut app, Action::ToggleThink);
+        assert!(!app.composer.think);
+        apply(&mut app, Action::ClearInput);
+        assert!(app.composer.input.is_empty());
     }
 
     #[test]

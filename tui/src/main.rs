@@ -4,6 +4,7 @@
 //! bmoe-top -- bmoe-cli -m model.gguf --moe-stream --progress -p "…"   # spawn and watch
 //! bmoe-cli … --progress | bmoe-top                                     # read stdin
 //! bmoe-top --replay run.csv --speed 10                                 # replay a metrics CSV
+//! bmoe-top --session -- bmoe-cli -m model.gguf --session                # chat with a session
 //! ```
 
 use std::io::IsTerminal;
@@ -58,8 +59,9 @@ struct Cli {
     /// Start a replay paused at the first token.
     #[arg(long)]
     paused: bool,
-    /// Drive an engine session (needs the engine's session mode; not available yet).
-    #[arg(long)]
+    /// Drive an engine session: the command after `--` is `bmoe-cli … --session`; a prompt line
+    /// sends `generate` requests, Esc sends `cancel`.
+    #[arg(long, requires = "command", conflicts_with = "replay")]
     session: bool,
     /// Compute threads of the run, when the source does not say (stdin).
     #[arg(long, value_name = "N")]
@@ -107,9 +109,9 @@ fn base_config(cli: &Cli) -> RunConfig {
 
 fn run() -> Result<()> {
     let cli = Cli::parse();
-    if cli.session {
+    if cli.session && !cli.command.iter().any(|a| a == "--session") {
         bail!(
-            "--session needs the engine's session mode, which this build does not have yet\nhint: run one generation with `bmoe-top -- bmoe-cli … --progress` instead"
+            "--session drives an engine session, but the command after `--` has no `--session` flag\nhint: bmoe-top --session -- bmoe-cli -m model.gguf --session"
         );
     }
     // A replay file is read before anything touches the terminal, so a wrong path or a file
@@ -132,6 +134,7 @@ fn run() -> Result<()> {
     let theme = Theme::new(level);
     let (tx, rx) = mpsc::channel::<Msg>();
     let mut child: Option<Child> = None;
+    let mut writer: Option<source::SessionWriter> = None;
     let mut app = if let (Some(path), Some(events)) = (&cli.replay, replay_events) {
         let label = format!(
             "replay {}",
@@ -152,11 +155,23 @@ fn run() -> Result<()> {
     } else if !cli.command.is_empty() {
         let mut base = base_config(&cli);
         base.merge(&argv::facts(&cli.command));
-        let c = source::spawn(&cli.command, cli.log.as_deref(), &tx)?;
+        let (c, kind) = if cli.session {
+            let (c, w) = source::spawn_session(&cli.command, cli.log.as_deref(), &tx)?;
+            writer = Some(w);
+            (c, SourceKind::Session)
+        } else {
+            let c = source::spawn(&cli.command, cli.log.as_deref(), &tx)?;
+            (c, SourceKind::Spawn)
+        };
         // The argv's facts go to the run label and the details pane; the header names the program.
         let prog = cli.command[0].rsplit('/').next().unwrap_or(&cli.command[0]);
-        let label = format!("{} (pid {})", bmoe_top::clean::clean(prog, false), c.id());
-        let mut app = App::new(SourceKind::Spawn, label, base);
+        let label = format!(
+            "{}{} (pid {})",
+            if cli.session { "session " } else { "" },
+            bmoe_top::clean::clean(prog, false),
+            c.id()
+        );
+        let mut app = App::new(kind, label, base);
         child = Some(c);
         app.child_alive = true;
         app
@@ -183,21 +198,51 @@ fn run() -> Result<()> {
     let mut terminal = ratatui::init();
     let _ = execute!(std::io::stdout(), EnableMouseCapture);
     source::terminal(&tx);
+    let mut ends = Ends {
+        child: &mut child,
+        writer: &mut writer,
+    };
     let result = event_loop(
         &mut terminal,
         &mut app,
         &theme,
         &rx,
-        &mut child,
+        &mut ends,
         cli.fps,
         &signals,
     );
     let _ = execute!(std::io::stdout(), DisableMouseCapture);
     ratatui::restore();
+    if let Some(w) = writer.as_mut() {
+        // A session ends the way the contract says: `close` (and EOF); the engine gets a moment
+        // to exit on its own before the signals.
+        w.close();
+        if let Some(c) = child.as_mut() {
+            wait_exit(c, Duration::from_millis(1500));
+        }
+    }
     if let Some(c) = child.as_mut() {
         stop_child(c);
     }
     result
+}
+
+/// The spawned engine and, in session mode, its request writer.
+struct Ends<'a> {
+    child: &'a mut Option<Child>,
+    writer: &'a mut Option<source::SessionWriter>,
+}
+
+/// Waits up to `limit` for the child to exit; true when it did.
+fn wait_exit(c: &mut Child, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if matches!(c.try_wait(), Ok(Some(_))) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
 }
 
 /// Signal flags set by handlers, read by the event loop.
@@ -212,12 +257,8 @@ fn stop_child(c: &mut Child) {
         return;
     }
     let _ = source::interrupt(c);
-    let deadline = Instant::now() + Duration::from_millis(1500);
-    while Instant::now() < deadline {
-        if matches!(c.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if wait_exit(c, Duration::from_millis(1500)) {
+        return;
     }
     let _ = c.kill();
     let _ = c.wait();
@@ -228,7 +269,7 @@ fn event_loop(
     app: &mut App,
     theme: &Theme,
     rx: &mpsc::Receiver<Msg>,
-    child: &mut Option<Child>,
+    ends: &mut Ends<'_>,
     fps: u32,
     signals: &Signals,
 ) -> Result<()> {
@@ -272,7 +313,7 @@ fn event_loop(
             return Ok(());
         }
         if signals.interrupt.swap(false, Ordering::Relaxed) {
-            interrupt_or_quit(app, child)?;
+            interrupt_or_quit(app, ends)?;
         }
 
         // Wake at least every 250 ms so a signal is acted on promptly.
@@ -293,7 +334,7 @@ fn event_loop(
         let mut batch = 0;
         let mut msg = first;
         while let Some(m) = msg {
-            handle(m, app, &mut decoder, child, &mut stdout_done)?;
+            handle(m, app, &mut decoder, ends, &mut stdout_done)?;
             batch += 1;
             msg = if batch < 4096 {
                 rx.try_recv().ok()
@@ -302,12 +343,13 @@ fn event_loop(
             };
         }
         if stdout_done
-            && let Some(c) = child.as_mut()
+            && let Some(c) = ends.child.as_mut()
             && let Ok(Some(status)) = c.try_wait()
         {
             app.child_alive = false;
             app.push(Event::Ended(format!("engine {status}")));
-            *child = None;
+            *ends.child = None;
+            *ends.writer = None;
         }
     }
 }
@@ -316,7 +358,7 @@ fn handle(
     msg: Msg,
     app: &mut App,
     decoder: &mut LineDecoder,
-    child: &mut Option<Child>,
+    ends: &mut Ends<'_>,
     stdout_done: &mut bool,
 ) -> Result<()> {
     match msg {
@@ -331,17 +373,30 @@ fn handle(
                 app.push(e);
             }
             *stdout_done = true;
-            if child.is_none() {
+            if ends.child.is_none() {
                 app.push(Event::Ended(why));
             }
         }
         Msg::Term(ev) => {
-            if let Some(action) = keys::map(&ev) {
-                if action == Action::Interrupt {
-                    interrupt_or_quit(app, child)?;
-                } else {
-                    keys::apply(app, action);
+            let action = if app.kind == SourceKind::Session {
+                keys::map_session(&ev, app.help)
+            } else {
+                keys::map(&ev)
+            };
+            match action {
+                Some(Action::Interrupt) => interrupt_or_quit(app, ends)?,
+                Some(Action::Send) => {
+                    if let Some(req) = app.submit() {
+                        send(app, ends, &req);
+                    }
                 }
+                Some(Action::Cancel) => {
+                    if let Some(req) = app.cancel() {
+                        send(app, ends, &req);
+                    }
+                }
+                Some(a) => keys::apply(app, a),
+                None => {}
             }
         }
         Msg::TermError(e) => bail!("cannot read the terminal: {e}"),
@@ -349,10 +404,35 @@ fn handle(
     Ok(())
 }
 
+/// Writes a session request; a failed write is shown, never fatal (the engine's exit status will
+/// follow).
+fn send(app: &mut App, ends: &mut Ends<'_>, req: &bmoe_telemetry::protocol::Request) {
+    let result = match ends.writer.as_mut() {
+        Some(w) => w.send(req),
+        None => Err(anyhow::anyhow!("the session's stdin is closed")),
+    };
+    if let Err(e) = result {
+        app.push(Event::Log(format!("request not sent: {e:#}")));
+        app.composer.notice = Some(format!("not sent: {e}"));
+    }
+}
+
 /// Ctrl-C / SIGINT: the first one goes to a running engine; without one (or the second time) the
-/// panel quits.
-fn interrupt_or_quit(app: &mut App, child: &Option<Child>) -> Result<()> {
-    match child.as_ref() {
+/// panel quits. In a session it cancels the generation in flight instead, and quits when there
+/// is none.
+fn interrupt_or_quit(app: &mut App, ends: &mut Ends<'_>) -> Result<()> {
+    if app.kind == SourceKind::Session {
+        let s = &app.run.session;
+        if app.child_alive && s.in_flight().is_some() && !s.cancel_pending {
+            if let Some(req) = app.cancel() {
+                send(app, ends, &req);
+            }
+        } else {
+            app.quit = true;
+        }
+        return Ok(());
+    }
+    match ends.child.as_ref() {
         Some(c) if app.child_alive && !app.interrupted => {
             source::interrupt(c)?;
             app.interrupted = true;

@@ -233,10 +233,7 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::Empty => f.write_str("type a prompt first"),
-            Refusal::Busy(id) => write!(
-                f,
-                "request {id} is still generating: wait for DONE or press Esc to cancel it"
-            ),
+            Refusal::Busy(id) => write!(f, "#{id} is still generating: Esc cancels it"),
             Refusal::Ended => f.write_str("the session has ended: q quits"),
         }
     }

@@ -1,19 +1,19 @@
 //! Where lines come from: a spawned child, stdin, and the terminal itself, each on its own
 //! thread feeding one channel, so the event loop blocks in one place.
 //!
-//! Extension point for `--session`: a session source is a [`spawn`]ed child whose stdin is kept
-//! (a `ChildStdin` writer for `generate`/`cancel` requests) plus a prompt line in the UI; the
-//! line side is the same [`Msg::Line`] stream, decoded by the same
-//! [`crate::decode::LineDecoder`], which already understands `BMOE_READY`/`BEGIN`/`DONE`/`ERROR`.
+//! A session (`--session`) is a spawned child whose stdin is kept: [`SessionWriter`] writes the
+//! requests; its stdout is the same [`Msg::Line`] stream, decoded by the same
+//! [`crate::decode::LineDecoder`].
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::Sender;
 use std::thread;
 
 use anyhow::{Context, Result};
+use bmoe_telemetry::protocol::Request;
 
 /// One message to the event loop.
 #[derive(Debug)]
@@ -75,12 +75,59 @@ pub fn pump<R: Read + Send + 'static>(
 /// Spawns `cmd` with stdout and stderr piped into the channel (stderr also appended to
 /// `log` when given). Stdin is closed: a one-shot run reads none.
 pub fn spawn(cmd: &[String], log: Option<&Path>, tx: &Sender<Msg>) -> Result<Child> {
+    spawn_with(cmd, log, tx, Stdio::null())
+}
+
+/// Spawns an engine session: as [`spawn`], with its stdin kept for requests.
+pub fn spawn_session(
+    cmd: &[String],
+    log: Option<&Path>,
+    tx: &Sender<Msg>,
+) -> Result<(Child, SessionWriter)> {
+    let mut child = spawn_with(cmd, log, tx, Stdio::piped())?;
+    let stdin = child.stdin.take();
+    Ok((child, SessionWriter { stdin }))
+}
+
+/// Writes session requests to the engine's stdin, one JSON line each.
+#[derive(Debug)]
+pub struct SessionWriter {
+    stdin: Option<ChildStdin>,
+}
+
+impl SessionWriter {
+    /// Writes one request line and flushes it.
+    ///
+    /// # Errors
+    /// The engine closed its stdin (it exited) or the session was closed here.
+    pub fn send(&mut self, req: &Request) -> Result<()> {
+        let w = self
+            .stdin
+            .as_mut()
+            .context("the session's stdin is closed")?;
+        let mut line = req.to_line();
+        line.push('\n');
+        w.write_all(line.as_bytes())
+            .and_then(|()| w.flush())
+            .context("cannot write to the engine's stdin (has it exited?)")
+    }
+
+    /// Sends `close` and closes stdin (EOF ends the session too, should the write fail).
+    pub fn close(&mut self) {
+        if self.stdin.is_some() {
+            let _ = self.send(&Request::Close);
+        }
+        self.stdin = None;
+    }
+}
+
+fn spawn_with(cmd: &[String], log: Option<&Path>, tx: &Sender<Msg>, stdin: Stdio) -> Result<Child> {
     let (prog, args) = cmd
         .split_first()
         .context("no command after `--`\nhint: bmoe-top -- bmoe-cli -m model.gguf --progress …")?;
     let mut child = Command::new(prog)
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -11,7 +11,8 @@ use bmoe_telemetry::deltas::TextAccumulator;
 use bmoe_telemetry::protocol::Done;
 
 use crate::model::{Event, Memory, RunConfig, RunSummary, TextDelta, TokenSample};
-use crate::session::SessionLog;
+use crate::session::{Composer, SessionEvent, SessionLog};
+use bmoe_telemetry::protocol::Request;
 
 /// Lines of engine stderr kept for the log pane.
 pub const LOG_KEEP: usize = 500;
@@ -423,6 +424,8 @@ pub enum SourceKind {
     Stdin,
     /// A recorded metrics CSV.
     Replay,
+    /// An engine session driven from the prompt line (`--session`).
+    Session,
 }
 
 /// The whole panel state: source, timeline, cursor, folded run, and view state.
@@ -462,6 +465,8 @@ pub struct App {
     pub child_alive: bool,
     /// An interrupt was forwarded to the child.
     pub interrupted: bool,
+    /// Session mode: the prompt line and the next request's settings.
+    pub composer: Composer,
 }
 
 impl App {
@@ -486,7 +491,45 @@ impl App {
             dirty: true,
             child_alive: false,
             interrupted: false,
+            composer: Composer::default(),
         }
+    }
+
+    /// Enter on the prompt line: the `generate` request to write to the engine, recorded on the
+    /// timeline; `None` (with the reason in the composer's notice) when it cannot be sent now.
+    pub fn submit(&mut self) -> Option<Request> {
+        self.dirty = true;
+        let ended = self.run.ended.is_some() || !self.child_alive;
+        match self.composer.submit(&self.run.session, ended) {
+            Ok((req, ev)) => {
+                // A new request means following the conversation again.
+                self.answer_scroll = 0;
+                self.push(Event::Session(ev));
+                Some(req)
+            }
+            Err(why) => {
+                self.composer.notice = Some(why.to_string());
+                None
+            }
+        }
+    }
+
+    /// Esc: the `cancel` request for the generation in flight, recorded on the timeline; `None`
+    /// (with the reason in the composer's notice) when there is nothing to cancel.
+    pub fn cancel(&mut self) -> Option<Request> {
+        self.dirty = true;
+        let s = &self.run.session;
+        if s.in_flight().is_none() {
+            self.composer.notice = Some("nothing is generating".into());
+            return None;
+        }
+        if s.cancel_pending {
+            self.composer.notice = Some("cancel already sent: waiting for DONE".into());
+            return None;
+        }
+        self.composer.notice = None;
+        self.push(Event::Session(SessionEvent::CancelSent));
+        Some(Request::Cancel)
     }
 
     /// Appends an event; a live, unpaused panel applies it at once.

@@ -9,7 +9,9 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Sparkline, Wrap};
 
+use crate::clean::clean;
 use crate::figures::{self, Bars, FlashTerm};
+use crate::session::TurnState;
 use crate::state::{App, Focus, Known, RunState, SourceKind, Speed};
 use crate::theme::Theme;
 
@@ -32,14 +34,19 @@ pub fn draw(f: &mut Frame, app: &App, theme: &Theme) {
         f.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
         return;
     }
-    let [header, body, status] = Layout::vertical([
+    let session = app.kind == SourceKind::Session;
+    let [header, body, prompt, status] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(1),
+        Constraint::Length(u16::from(session)),
         Constraint::Length(1),
     ])
     .areas(area);
     f.render_widget(header_line(app, theme, header.width), header);
     f.render_widget(status_line(app, theme), status);
+    if session {
+        f.render_widget(prompt_line(app, theme, prompt.width), prompt);
+    }
 
     let wide = area.width >= WIDE;
     let left_w = if wide {
@@ -77,8 +84,180 @@ pub fn draw(f: &mut Frame, app: &App, theme: &Theme) {
         }
     }
     if app.help {
-        help_popup(f, theme, area);
+        help_popup(f, theme, area, session);
     }
+}
+
+/// Session mode: the prompt being typed, the next request's settings, and the key hints (or why
+/// the last Enter / Esc did nothing).
+fn prompt_line(app: &App, theme: &Theme, width: u16) -> Paragraph<'static> {
+    let c = &app.composer;
+    let mut flags = vec![if c.new_chat { "new chat" } else { "continue" }];
+    if !c.think {
+        flags.push("think off");
+    }
+    let mode = format!("[{}]", flags.join(", "));
+    let typed_w = c.input.chars().count() + 4;
+    let right = match &c.notice {
+        Some(n) => format!(" ⚠ {n} "),
+        None => {
+            // Hints give way to a long prompt; the mode tag stays.
+            let full = format!(" {mode} Enter send · Esc cancel · F1 help ");
+            if typed_w + full.chars().count() <= width as usize {
+                full
+            } else {
+                format!(" {mode} ")
+            }
+        }
+    };
+    let right_w = right.chars().count();
+    let room = (width as usize).saturating_sub(right_w + 4).max(8);
+    // The tail of a long prompt stays visible, as in any line editor.
+    let typed = clean(&c.input, false);
+    let n = typed.chars().count();
+    let shown: String = if n > room {
+        let tail: String = typed.chars().skip(n - room + 1).collect();
+        format!("…{tail}")
+    } else {
+        typed
+    };
+    let used = 3 + shown.chars().count() + 1;
+    let pad = (width as usize).saturating_sub(used + right_w);
+    Paragraph::new(Line::from(vec![
+        Span::styled(" › ", theme.headline()),
+        Span::raw(shown),
+        Span::styled("█", theme.dim()),
+        Span::raw(" ".repeat(pad)),
+        Span::styled(
+            right,
+            if c.notice.is_some() {
+                theme.warn()
+            } else {
+                theme.dim()
+            },
+        ),
+    ]))
+}
+
+/// Session mode: where the conversation stands, for the status line.
+pub fn session_state(run: &RunState) -> String {
+    let s = &run.session;
+    if let Some((true, msg)) = &s.orphan_error {
+        return format!("fatal: {}", truncate(&clean(msg, false), 40));
+    }
+    let ready = match &s.ready {
+        None => return "loading the model".into(),
+        Some(r) => r,
+    };
+    match s.turns.last() {
+        None => format!("ready ({:.1} s load)", ready.load_s),
+        Some(t) => match &t.state {
+            TurnState::Sent => format!("#{} sent", t.id),
+            TurnState::Generating if s.cancel_pending => format!("#{} cancel sent", t.id),
+            TurnState::Generating => format!("#{} generating", t.id),
+            TurnState::Done {
+                cancelled: true,
+                tokens,
+                ..
+            } => format!("#{} cancelled after {tokens} tokens · ready", t.id),
+            TurnState::Done { tokens, .. } => format!("#{} done, {tokens} tokens · ready", t.id),
+            TurnState::Error(msg) => {
+                format!(
+                    "#{} error: {} · ready",
+                    t.id,
+                    truncate(&clean(msg, false), 40)
+                )
+            }
+        },
+    }
+}
+
+/// Session mode: the conversation, one turn after another, with the turn in flight streaming.
+pub fn conversation_text(run: &RunState, theme: &Theme) -> Text<'static> {
+    let s = &run.session;
+    let mut lines: Vec<Line> = Vec::new();
+    if let Some(r) = &s.ready {
+        lines.push(Line::styled(
+            format!(
+                "ready: {} · n_ctx {} · top-{} · think {} · loaded in {:.2} s",
+                clean(&r.arch, false),
+                r.n_ctx,
+                r.n_expert_used,
+                clean(&r.think_ctl, false),
+                r.load_s
+            ),
+            theme.dim(),
+        ));
+        lines.push(Line::raw(""));
+    }
+    for (i, t) in s.turns.iter().enumerate() {
+        if t.clear_kv && i > 0 {
+            lines.push(Line::styled("── new chat ──", theme.dim()));
+        }
+        lines.push(Line::styled(
+            format!("› {}", clean(&t.prompt, true)),
+            theme.headline().add_modifier(Modifier::BOLD),
+        ));
+        match &t.state {
+            TurnState::Sent => lines.push(Line::styled("  (sent)", theme.dim())),
+            TurnState::Generating => {
+                let before = lines.len();
+                push_generation(&mut lines, &run.reasoning(), &run.answer(), theme);
+                if lines.len() == before {
+                    lines.push(Line::styled("  (prefilling the prompt)", theme.dim()));
+                }
+            }
+            TurnState::Done {
+                cancelled,
+                tokens,
+                tok_s,
+            } => {
+                push_generation(
+                    &mut lines,
+                    &clean(&t.reasoning, true),
+                    &clean(&t.text, true),
+                    theme,
+                );
+                if *cancelled {
+                    lines.push(Line::styled(
+                        format!("⏹ cancelled after {tokens} tokens"),
+                        theme.warn(),
+                    ));
+                } else {
+                    lines.push(Line::styled(
+                        format!("✓ {tokens} tokens · {tok_s:.2} tok/s"),
+                        theme.ok(),
+                    ));
+                }
+            }
+            TurnState::Error(msg) => lines.push(Line::styled(
+                format!("✗ error: {}", clean(msg, true)),
+                theme.warn(),
+            )),
+        }
+        lines.push(Line::raw(""));
+    }
+    if let Some((fatal, msg)) = &s.orphan_error {
+        lines.push(Line::styled(
+            format!(
+                "✗ engine error{}: {}",
+                if *fatal { " (fatal)" } else { "" },
+                clean(msg, true)
+            ),
+            theme.warn(),
+        ));
+    }
+    if s.turns.is_empty() && s.orphan_error.is_none() {
+        lines.push(Line::styled(
+            if s.ready.is_some() {
+                "(type a prompt below and press Enter)"
+            } else {
+                "(loading the model; you can type the first prompt already)"
+            },
+            theme.dim(),
+        ));
+    }
+    Text::from(lines)
 }
 
 /// Rows of the telemetry block.
@@ -711,6 +890,9 @@ pub fn answer_text(run: &RunState, theme: &Theme, kind: &SourceKind) -> Text<'st
         }
         return Text::from(lines);
     }
+    if *kind == SourceKind::Session {
+        return conversation_text(run, theme);
+    }
     if lines.is_empty() {
         let why = match kind {
             SourceKind::Replay => "(a metrics CSV records no text)",
@@ -729,7 +911,9 @@ pub fn answer_text(run: &RunState, theme: &Theme, kind: &SourceKind) -> Text<'st
 
 fn answer_pane(f: &mut Frame, app: &App, theme: &Theme, area: Rect) {
     let focused = app.focus == Focus::Answer;
-    let title = if app.run.text.reasoning().is_empty() {
+    let title = if app.kind == SourceKind::Session {
+        " conversation ".to_string()
+    } else if app.run.text.reasoning().is_empty() {
         " answer ".to_string()
     } else {
         " answer · thinking in italics ".to_string()
@@ -821,6 +1005,9 @@ fn status_line(app: &App, theme: &Theme) -> Paragraph<'static> {
         "▶"
     };
     parts.push(state.to_string());
+    if app.kind == SourceKind::Session {
+        parts.push(session_state(run));
+    }
     if app.kind == SourceKind::Replay {
         parts.push(format!(
             "{} token {}/{}",
@@ -850,12 +1037,31 @@ fn status_line(app: &App, theme: &Theme) -> Paragraph<'static> {
     } else if app.interrupted {
         parts.push("interrupt sent".into());
     }
-    parts.push("? help · q quit".into());
+    parts.push(if app.kind == SourceKind::Session {
+        "F1 help · ^D quit".into()
+    } else {
+        "? help · q quit".into()
+    });
     Paragraph::new(format!(" {}", parts.join(" │ "))).style(theme.status())
 }
 
-fn help_popup(f: &mut Frame, theme: &Theme, area: Rect) {
-    let rows = [
+fn help_popup(f: &mut Frame, theme: &Theme, area: Rect, session: bool) {
+    let session_rows = [
+        ("Enter", "send the prompt (generate)"),
+        ("Esc", "cancel the generation in flight"),
+        ("Ctrl-N", "next prompt starts a new chat (clear_kv)"),
+        ("Ctrl-R", "reasoning on / off for the next prompt (think)"),
+        ("Ctrl-U", "clear the prompt line"),
+        ("Ctrl-C", "cancel a generation; quit when idle"),
+        ("Ctrl-D", "quit (closes the session)"),
+        ("Tab", "focus answer ↔ telemetry details"),
+        (
+            "↑ ↓ PgUp PgDn",
+            "scroll the focused pane (mouse wheel: answer)",
+        ),
+        ("F1  Esc", "close this help"),
+    ];
+    let replay_rows = [
         ("q", "quit (Ctrl-C: interrupt a spawned engine first)"),
         ("space", "pause / resume"),
         ("← →", "one token back / forward while paused"),
@@ -869,8 +1075,9 @@ fn help_popup(f: &mut Frame, theme: &Theme, area: Rect) {
         ),
         ("?  Esc", "close this help"),
     ];
+    let rows: &[(&str, &str)] = if session { &session_rows } else { &replay_rows };
     let mut lines = vec![Line::styled("keys", theme.title())];
-    for (k, v) in rows {
+    for (k, v) in rows.iter().copied() {
         lines.push(Line::from(vec![
             Span::styled(format!("{k:>14}  "), theme.headline()),
             Span::raw(v),

@@ -34,14 +34,19 @@ fn a_file_that_is_not_a_metrics_csv_is_refused() {
 }
 
 #[test]
-fn session_says_it_is_not_built_yet() {
+fn session_needs_an_engine_command_with_session() {
+    // clap: --session without a command after `--` is a usage error.
     let (code, err) = run(&["--session"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("COMMAND"), "{err}");
+    // A command without --session would never answer a request: refused before spawning.
+    let (code, err) = run(&["--session", "--", "bmoe-cli", "-m", "m.gguf"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("has no `--session` flag"), "{err}");
     assert!(
-        err.contains("--session needs the engine's session mode"),
+        err.contains("hint: bmoe-top --session -- bmoe-cli -m model.gguf --session"),
         "{err}"
     );
-    assert!(err.contains("hint:"), "{err}");
 }
 
 #[test]
