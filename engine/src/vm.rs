@@ -170,6 +170,55 @@ impl Arena {
         }
     }
 
+    /// Moves the physical pages under `[src, src+len)` to `[dst, dst+len)` (`mremap` with
+    /// `MREMAP_FIXED|MREMAP_DONTUNMAP`): the destination then holds the source's (already
+    /// faulted) pages — whatever was mapped there is released — and the source stays mapped
+    /// but empty, reading back as zeros like [`Arena::drop_pages`] leaves it. No page is
+    /// freed, allocated or zero-filled, which is what makes recycling cheaper than a drop
+    /// followed by a fresh fault. Both ranges must be whole pages inside the arena and must not
+    /// overlap.
+    ///
+    /// Each move into a range that is not already its own mapping splits the arena's mapping,
+    /// so callers must bound how many such moves they make (`vm.max_map_count`). Fails with
+    /// `EINVAL` on kernels older than 5.7 (no `MREMAP_DONTUNMAP`).
+    pub fn move_pages(&self, src: usize, dst: usize, len: usize) -> io::Result<()> {
+        self.check(src, len)?;
+        self.check(dst, len)?;
+        let aligned = |x: usize| x.is_multiple_of(PAGE);
+        if len == 0 || !aligned(src) || !aligned(dst) || !aligned(len) {
+            return Err(foreign(dst, len));
+        }
+        if src < dst + len && dst < src + len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("page move {src:#x} → {dst:#x} ({len} bytes) overlaps itself"),
+            ));
+        }
+        // SAFETY: both ranges are whole pages of spans this arena mapped private-anonymous and
+        // read-write (checked above) and do not overlap. MREMAP_FIXED replaces exactly the
+        // destination pages; MREMAP_DONTUNMAP keeps the source range mapped (empty). No Rust
+        // reference points into either range and no graph computes during a load.
+        let p = unsafe {
+            libc::mremap(
+                src as *mut libc::c_void,
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
+                dst as *mut libc::c_void,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Err(io::Error::last_os_error())
+        } else if p as usize != dst {
+            Err(io::Error::other(format!(
+                "mremap placed {len} bytes at {:#x}, not {dst:#x}",
+                p as usize
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Overwrites `[addr, addr+len)` with `byte` (test poisoning).
     pub fn fill(&self, addr: usize, len: usize, byte: u8) -> io::Result<()> {
         self.check(addr, len)?;
@@ -186,6 +235,23 @@ impl Arena {
         unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, v.as_mut_ptr(), len) };
         Ok(v)
     }
+}
+
+/// How many more memory mappings this process may create before `vm.max_map_count`, less
+/// `margin` kept for everything else (allocators, thread stacks, llama.cpp). `None` when
+/// `/proc` cannot be read (then callers must not create mappings on their own account).
+pub fn mapping_headroom(margin: usize) -> Option<usize> {
+    let max: usize = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let used = std::fs::read("/proc/self/maps")
+        .ok()?
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count();
+    Some(max.saturating_sub(used).saturating_sub(margin))
 }
 
 /// A page-aligned heap buffer (for O_DIRECT probes).
@@ -329,6 +395,38 @@ mod tests {
             "stops at end of file"
         );
         assert_eq!(&arena.copy_out(base, 4).unwrap(), &[1, 2, 3, 7]);
+    }
+
+    #[test]
+    fn move_pages_carries_contents_and_empties_the_source() {
+        let mut backing = AlignedBuf::zeroed(8 * PAGE).unwrap();
+        let base = backing.as_mut_slice().as_mut_ptr() as usize;
+        let w = WeightRef {
+            name: "t".into(),
+            addr: base,
+            bytes: 8 * PAGE,
+            n_expert: 8,
+            expert_stride: PAGE,
+        };
+        let arena = Arena::take_over(&[w]).unwrap();
+        arena.fill(base, 2 * PAGE, 7).unwrap();
+        arena.fill(base + 4 * PAGE, 2 * PAGE, 9).unwrap();
+        // move pages 0-1 over pages 4-5 (which held 9s: released)
+        arena.move_pages(base, base + 4 * PAGE, 2 * PAGE).unwrap();
+        let bytes = arena.copy_out(base, 8 * PAGE).unwrap();
+        assert!(
+            bytes[..2 * PAGE].iter().all(|&b| b == 0),
+            "source reads as zeros"
+        );
+        assert!(bytes[4 * PAGE..6 * PAGE].iter().all(|&b| b == 7));
+        // the emptied source is still mapped and writable
+        arena.fill(base, PAGE, 3).unwrap();
+        assert_eq!(arena.copy_out(base, 1).unwrap(), vec![3]);
+        // refused: overlap, unaligned, outside the arena
+        assert!(arena.move_pages(base, base + PAGE, 2 * PAGE).is_err());
+        assert!(arena.move_pages(base + 1, base + 4 * PAGE, PAGE).is_err());
+        assert!(arena.move_pages(base, base + 8 * PAGE, PAGE).is_err());
+        assert!(mapping_headroom(0).is_some_and(|h| h > 0));
     }
 
     #[test]

@@ -4,10 +4,12 @@
 pub mod cache;
 pub mod io;
 pub mod layout;
+pub mod recycle;
 
 use cache::{EntryId, ExpertCache, Touch};
 use io::{DirectOutcome, Lanes, ReadError, ShardFile};
 use layout::{ExpertLayout, ModelIndex, ReadJob};
+use recycle::{MapBudget, PageRun};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,7 +56,17 @@ pub struct StreamStats {
     pub token_demand_bytes: u64,
     /// The widest layer's distinct routed bytes in that pass.
     pub layer_demand_bytes: u64,
+    /// Bytes of evicted experts' pages moved to missed experts instead of being released and
+    /// faulted in again ([`recycle`]).
+    pub recycled_bytes: u64,
 }
+
+/// Env var (diagnostic A/B): `1` releases evicted pages with `MADV_DONTNEED` and lets the reads
+/// fault fresh ones, as before page recycling existed.
+pub const NO_RECYCLE_ENV: &str = "BMOE_DIAG_NO_RECYCLE";
+
+/// Mappings left free for everything else when sizing the recycling budget.
+const MAP_MARGIN: usize = 8192;
 
 /// What one routed id of a load found and cost (the route trace's `residency` and
 /// `expert_bytes`), in the order of the load's ids.
@@ -126,6 +138,8 @@ pub struct Streamer {
     last_layer: Option<usize>,
     /// `--io-trace`: every read since the last [`Streamer::take_io_log`].
     io_log: Option<Vec<IoRecord>>,
+    /// Page recycling's mapping budget; `None` once disabled (env, or a failed move).
+    recycle: Option<MapBudget>,
 }
 
 /// Why setting up streaming failed.
@@ -221,6 +235,11 @@ impl Streamer {
             lanes: lanes.lanes(),
         };
         let seen = vec![0; layout.n_expert];
+        let recycle = if std::env::var(NO_RECYCLE_ENV).is_ok_and(|v| v == "1") {
+            None
+        } else {
+            crate::vm::mapping_headroom(MAP_MARGIN).map(MapBudget::new)
+        };
         Ok((
             Self {
                 layout,
@@ -235,6 +254,7 @@ impl Streamer {
                 load_all: settings.load_all,
                 last_layer: None,
                 io_log: None,
+                recycle,
             },
             setup,
         ))
@@ -292,9 +312,9 @@ impl Streamer {
             let entry = l.entry_bytes();
             self.count_demand(layer, entry, ids);
         }
-        let Some(Some(experts)) = self.layout.layers.get(layer) else {
+        if !matches!(self.layout.layers.get(layer), Some(Some(_))) {
             return Ok(());
-        };
+        }
         let t0 = Instant::now();
         let every: Vec<i32>;
         let routed = ids;
@@ -338,6 +358,13 @@ impl Streamer {
                 misses.push(e);
             }
         }
+        // evict before reading: the victims' pages become the misses' pages (never the current
+        // load's entries, so nothing this layer computes on is released)
+        let victims = self.cache.evict_to_budget();
+        self.release(&victims, layer, &misses);
+        let Some(Some(experts)) = self.layout.layers.get(layer) else {
+            return Ok(());
+        };
         for (proj, t) in experts.tensors.iter().enumerate() {
             for &e in &misses {
                 if self.io_log.is_some() {
@@ -397,21 +424,68 @@ impl Streamer {
                 return Err(e);
             }
         }
-        for victim in self.cache.evict_to_budget() {
-            if let Some(Some(l)) = self.layout.layers.get(victim.layer) {
-                for t in &l.tensors {
-                    // a failed madvise only leaves memory resident; correctness is unaffected
-                    let _ = self
-                        .arena
-                        .drop_pages(t.addr + victim.expert * t.stride, t.stride);
-                }
-            }
-        }
         self.stats.mgmt_ns += t2.elapsed().as_nanos() as u64;
         if let Some(p) = self.poison {
             self.apply_poison(layer, p, first_routed);
         }
         Ok(())
+    }
+
+    /// Releases the pages of evicted entries: moved to the missed slices of `layer` (page
+    /// recycling) as far as the mapping budget allows, dropped otherwise.
+    fn release(&mut self, victims: &[EntryId], layer: usize, misses: &[usize]) {
+        if victims.is_empty() {
+            return;
+        }
+        let slices = |il: usize, experts: &mut dyn Iterator<Item = usize>| -> Vec<PageRun> {
+            let Some(Some(l)) = self.layout.layers.get(il) else {
+                return Vec::new();
+            };
+            let experts: Vec<usize> = experts.collect();
+            let mut out = Vec::new();
+            for t in &l.tensors {
+                for &e in &experts {
+                    let (a, b) = (t.addr + e * t.stride, t.addr + (e + 1) * t.stride);
+                    let (p0, p1) = (
+                        a.div_ceil(crate::vm::PAGE) * crate::vm::PAGE,
+                        b & !(crate::vm::PAGE - 1),
+                    );
+                    if p1 > p0 {
+                        out.push(PageRun {
+                            addr: p0,
+                            len: p1 - p0,
+                        });
+                    }
+                }
+            }
+            out
+        };
+        let mut donors = Vec::new();
+        for v in victims {
+            donors.extend(slices(v.layer, &mut std::iter::once(v.expert)));
+        }
+        let mut leftover = donors.clone();
+        if let Some(budget) = self.recycle.as_mut() {
+            let dests = slices(layer, &mut misses.iter().copied());
+            let plan = recycle::plan(&donors, &dests, budget);
+            leftover = plan.leftover;
+            for (i, m) in plan.moves.iter().enumerate() {
+                if self.arena.move_pages(m.src, m.dst, m.len).is_err() {
+                    // an old kernel or a full mapping table: drop from now on
+                    self.recycle = None;
+                    leftover.extend(plan.moves[i..].iter().map(|m| PageRun {
+                        addr: m.src,
+                        len: m.len,
+                    }));
+                    break;
+                }
+                self.stats.recycled_bytes += m.len as u64;
+            }
+        }
+        for r in leftover {
+            // a failed madvise only leaves memory resident; correctness is unaffected
+            let _ = self.arena.drop_pages(r.addr, r.len);
+        }
     }
 
     /// Fills the per-routing trace of a load: `jobs` are planned tensor-major over `misses`
