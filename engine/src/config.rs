@@ -108,6 +108,13 @@ pub struct Cli {
     /// With --chatml: ask the template not to think (enable_thinking=false)
     #[arg(long = "no-think")]
     pub no_think: bool,
+    /// Keep the model loaded and serve JSON requests from stdin, one per line (generate,
+    /// decide, cancel, close); -p is ignored. See docs/session.md
+    #[arg(long = "session")]
+    pub session: bool,
+    /// With --session: accept `decide` requests (score choices by first-token log-probability)
+    #[arg(long = "decide")]
+    pub decide: bool,
     /// Parallel expert reads (1-8)
     #[arg(long = "io-threads", default_value_t = 4, value_name = "N")]
     pub io_threads: i64,
@@ -261,6 +268,10 @@ pub struct RunConfig {
     pub think: bool,
     /// `--dense-weights` (takes effect with `--moe-stream`).
     pub dense_weights: DenseWeights,
+    /// `--session`: serve stdin requests instead of one run.
+    pub session: bool,
+    /// `--decide`: accept `decide` requests (session only).
+    pub decide: bool,
 }
 
 impl Cli {
@@ -433,6 +444,12 @@ impl Cli {
                 "thinking is a chat-template switch; add --chatml",
             ));
         }
+        if self.decide && !self.session {
+            return Err(err(
+                "--decide requires --session",
+                "decide requests arrive on stdin in session mode; add --session",
+            ));
+        }
         if poison.is_some() && stream.is_none() {
             return Err(err(
                 "--test-poison requires --moe-stream",
@@ -470,6 +487,8 @@ impl Cli {
             chatml: self.chatml,
             think: !self.no_think,
             dense_weights,
+            session: self.session,
+            decide: self.decide,
         })
     }
 }
@@ -572,6 +591,7 @@ mod tests {
         assert!(e(&["-m", "x", "--dense-weights", "zram"]).contains("mmap|warm|anon|ahwb"));
         assert!(e(&["-m", "x", "--load-all"]).contains("--moe-stream"));
         assert!(e(&["-m", "x", "--no-think"]).contains("--chatml"));
+        assert!(e(&["-m", "x", "--decide"]).contains("--session"));
     }
 
     #[test]

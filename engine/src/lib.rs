@@ -24,6 +24,7 @@ pub mod report;
 pub mod residency;
 pub mod route_trace;
 pub mod run;
+pub mod session;
 pub mod stream;
 pub mod text;
 #[allow(unsafe_code)]

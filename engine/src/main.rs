@@ -56,8 +56,13 @@ fn main() -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut err = std::io::stderr();
-    match run(&cfg, &mut out, &mut err) {
-        Ok(_) => ExitCode::SUCCESS,
+    let result = if cfg.session {
+        bmoe_engine::session::serve(&cfg, &mut out, &mut err)
+    } else {
+        run(&cfg, &mut out, &mut err).map(drop)
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let _ = out.flush();
             eprintln!("\nerror: {}\nhint: {}", e.message, e.hint);

@@ -744,6 +744,11 @@ impl<'m> Engine<'m> {
         self.ctx.model()
     }
 
+    /// The context and the chat template together (a decide needs both at once).
+    pub fn ctx_and_template(&mut self) -> (&mut Context<'m, MoeHook>, Option<&ChatTemplate>) {
+        (&mut self.ctx, self.template.as_ref())
+    }
+
     /// The chat template, with `--chatml`.
     pub fn template(&self) -> Option<&ChatTemplate> {
         self.template.as_ref()

@@ -1,0 +1,646 @@
+//! `bmoe-cli --session`: the model loads once and serves JSON requests from stdin, one per line,
+//! answering with `BMOE_*` lines on stdout (the seed's "Session mode" section; docs/session.md).
+//!
+//! Two threads. A **reader** parses stdin lines into [`Request`]s and queues them in order; a
+//! `cancel` is not queued: it raises the context's abort flag at once (the decode in flight stops
+//! between two graph nodes) and records how many requests it covers — every `generate`/`decide`
+//! read before it, none read after — so a cancel can neither be lost to a race with the start of
+//! its turn nor leak into the next one. The **main** thread owns the [`Engine`] and answers the
+//! queue in order, one request at a time; stdout is written by it only, so lines never interleave.
+//!
+//! A conversation is kept between `generate` requests: `clear_kv:false` appends the new user
+//! message to the held history, renders the whole history with the model's template, and
+//! prefills only the tokens after the longest prefix the KV already holds
+//! (`llama_memory_seq_rm` drops the divergent tail). A rejected request (`BMOE_ERROR` with
+//! `fatal:false`) leaves the conversation and the KV exactly as they were; a cancelled turn is
+//! rolled back the same way.
+
+use crate::chat::Message;
+use crate::config::RunConfig;
+use crate::decide::{PrefixState, decide};
+use crate::ffi::Token;
+use crate::run::{Engine, EngineError, Generation, Turn, load_model};
+use bmoe_telemetry::protocol::{
+    Begin, DecideRequest, Done, ErrorRecord, GenerateRequest, Ready, Request, round_to,
+};
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+
+/// The KV sequence the conversation lives in (`llama_batch_get_one` decodes into it).
+const SEQ: i32 = 0;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// What the reader hands the main loop, in stdin order.
+#[derive(Debug)]
+enum Inbound {
+    /// A `generate` or `decide`, numbered from 1 in arrival order.
+    Work { seq: u64, request: Request },
+    /// A line that is not a request the session accepts.
+    Invalid { id: i64, msg: String },
+    /// `close`, or the end of stdin.
+    Close,
+}
+
+/// The cancel bookkeeping shared by the reader and the main loop.
+#[derive(Debug, Default)]
+struct Cancels {
+    /// Every request numbered up to this one is cancelled.
+    upto: AtomicU64,
+}
+
+impl Cancels {
+    fn covers(&self, seq: u64) -> bool {
+        self.upto.load(Ordering::SeqCst) >= seq
+    }
+}
+
+/// The `id` of a request line that failed to parse, when it has an integer one (`0` otherwise),
+/// so the client can match the error to what it sent.
+fn id_of(line: &str) -> i64 {
+    serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v.get("id").and_then(serde_json::Value::as_i64))
+        .unwrap_or(0)
+}
+
+/// Classifies one stdin line (already known to be non-blank).
+fn classify(line: &str) -> Result<Request, (i64, String)> {
+    Request::parse(line).map_err(|e| {
+        (
+            id_of(line),
+            format!("{e} — one JSON object per line, e.g. {{\"cmd\":\"generate\",\"id\":1,\"prompt\":\"hi\"}} (see docs/session.md)"),
+        )
+    })
+}
+
+/// The reader thread's loop: stdin lines → `tx`, cancels → `abort` + `cancels`.
+fn read_requests(
+    mut input: impl BufRead,
+    tx: &Sender<Inbound>,
+    abort: &AtomicBool,
+    cancels: &Cancels,
+) {
+    let mut read = 0u64;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match input.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let item = match std::str::from_utf8(&buf) {
+            Err(e) => Inbound::Invalid {
+                id: 0,
+                msg: format!("invalid request: the line is not UTF-8 ({e})"),
+            },
+            Ok(line) if line.trim().is_empty() => continue,
+            Ok(line) => match classify(line) {
+                Ok(Request::Cancel) => {
+                    cancels.upto.store(read, Ordering::SeqCst);
+                    abort.store(true, Ordering::SeqCst);
+                    continue;
+                }
+                Ok(Request::Close) => break,
+                Ok(request) => {
+                    read += 1;
+                    Inbound::Work { seq: read, request }
+                }
+                Err((id, msg)) => Inbound::Invalid { id, msg },
+            },
+        };
+        if tx.send(item).is_err() {
+            return;
+        }
+    }
+    let _ = tx.send(Inbound::Close);
+}
+
+/// What a rejected or failed request becomes.
+#[derive(Debug)]
+enum Failure {
+    /// The request cannot be served; the session is unchanged and goes on.
+    Rejected(String),
+    /// The engine is in an unknown state: the session ends.
+    Fatal(EngineError),
+}
+
+/// The conversation the session holds between turns.
+#[derive(Debug, Default)]
+struct Conversation {
+    /// Chat messages so far (with `--chatml`).
+    history: Vec<Message>,
+    /// Without `--chatml`: the raw text so far (prompts and answers concatenated).
+    raw: String,
+    /// The tokens sequence 0's KV holds, in order.
+    kv: Vec<Token>,
+    /// Generations started so far (the CSV's and the traces' `turn`).
+    turns: u32,
+}
+
+/// Length of the common prefix of `a` and `b`.
+fn common_prefix(a: &[Token], b: &[Token]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Writes one protocol line and flushes (a closed stdout is the client's business).
+fn emit(out: &mut dyn Write, line: &str) {
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Serves requests from stdin until `close`, EOF or a fatal error. Everything the protocol
+/// carries goes to `out` (stdout); notes and warnings to `note` (stderr).
+///
+/// # Errors
+/// The load failure or the fatal error that ended the session (already reported on `out` as
+/// `BMOE_ERROR` with `fatal:true`).
+pub fn serve(
+    cfg: &RunConfig,
+    out: &mut dyn Write,
+    note: &mut dyn Write,
+) -> Result<(), EngineError> {
+    serve_from(cfg, std::io::BufReader::new(std::io::stdin()), out, note)
+}
+
+fn fatal(out: &mut dyn Write, id: i64, e: EngineError) -> EngineError {
+    let msg = format!("{}; hint: {}", e.message, e.hint);
+    emit(
+        out,
+        &ErrorRecord {
+            id,
+            fatal: true,
+            msg,
+        }
+        .to_line(),
+    );
+    e
+}
+
+/// [`serve`] reading requests from `input` (any line source, for embedding).
+///
+/// # Errors
+/// As [`serve`].
+pub fn serve_from(
+    cfg: &RunConfig,
+    input: impl BufRead + Send + 'static,
+    out: &mut dyn Write,
+    note: &mut dyn Write,
+) -> Result<(), EngineError> {
+    let loaded = load_model(cfg).map_err(|e| fatal(out, 0, e))?;
+    let mut engine = Engine::open(cfg, &loaded, note).map_err(|e| fatal(out, 0, e))?;
+    emit(
+        out,
+        &Ready {
+            load_s: round_to(engine.load_s(), 3),
+            arch: engine.arch().to_string(),
+            n_ctx: u64::from(cfg.n_ctx),
+            think_ctl: engine.think_ctl().to_wire(),
+            n_expert_used: engine.n_expert_used(),
+        }
+        .to_line(),
+    );
+    let (tx, rx): (Sender<Inbound>, Receiver<Inbound>) = channel();
+    let abort = engine.abort_flag();
+    let cancels = Arc::new(Cancels::default());
+    {
+        let cancels = Arc::clone(&cancels);
+        // detached: it may sit in a blocking read when the session ends, and the process exit
+        // takes it down
+        std::thread::Builder::new()
+            .name("bmoe-stdin".into())
+            .spawn(move || read_requests(input, &tx, &abort, &cancels))
+            .map_err(|e| {
+                fatal(
+                    out,
+                    0,
+                    EngineError {
+                        message: format!("cannot start the stdin reader thread: {e}"),
+                        hint: "the system is out of threads or memory".into(),
+                    },
+                )
+            })?;
+    }
+    let mut conv = Conversation::default();
+    let mut prefix = PrefixState::new();
+    for item in rx {
+        match item {
+            Inbound::Close => break,
+            Inbound::Invalid { id, msg } => emit(
+                out,
+                &ErrorRecord {
+                    id,
+                    fatal: false,
+                    msg,
+                }
+                .to_line(),
+            ),
+            Inbound::Work { seq, request } => {
+                let cancelled = || cancels.covers(seq);
+                if !cancelled() {
+                    engine.clear_abort();
+                }
+                let result = match &request {
+                    Request::Generate(g) => {
+                        generate(&mut engine, &mut conv, cfg, g, out, note, &cancelled)
+                    }
+                    Request::Decide(d) => {
+                        run_decide(&mut engine, &mut prefix, cfg, d, out, &cancelled)
+                    }
+                    Request::Cancel | Request::Close => Ok(()),
+                };
+                let id = match &request {
+                    Request::Generate(g) => g.id,
+                    Request::Decide(d) => d.id,
+                    _ => 0,
+                };
+                match result {
+                    Ok(()) => {}
+                    Err(Failure::Rejected(msg)) => emit(
+                        out,
+                        &ErrorRecord {
+                            id,
+                            fatal: false,
+                            msg,
+                        }
+                        .to_line(),
+                    ),
+                    Err(Failure::Fatal(e)) => return Err(fatal(out, id, e)),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The new conversation a `generate` asks for, rendered and tokenized, before anything changes.
+struct Plan {
+    history: Vec<Message>,
+    raw: String,
+    tokens: Vec<Token>,
+    split: crate::run::ChatSplit,
+}
+
+fn plan(
+    engine: &Engine<'_>,
+    conv: &Conversation,
+    cfg: &RunConfig,
+    g: &GenerateRequest,
+    n_predict: usize,
+) -> Result<Plan, Failure> {
+    if g.prompt.is_empty() {
+        return Err(Failure::Rejected(
+            "empty prompt: send the user message in \"prompt\"".into(),
+        ));
+    }
+    let think = g.think.unwrap_or(cfg.think);
+    let (mut history, mut raw) = if g.clear_kv() {
+        (Vec::new(), String::new())
+    } else {
+        (conv.history.clone(), conv.raw.clone())
+    };
+    let (text, split) = match engine.template() {
+        Some(t) => {
+            history.push(Message::user(&g.prompt));
+            let turn = t
+                .render_turn(&history, think, engine.think_ctl())
+                .map_err(|e| Failure::Rejected(e.to_string()))?;
+            (turn.text, Some((t.think_tags(), turn.starts_in_reasoning)))
+        }
+        None => {
+            raw.push_str(&g.prompt);
+            (raw.clone(), None)
+        }
+    };
+    let tokens = engine
+        .tokenize(&text)
+        .map_err(|e| Failure::Rejected(e.message))?;
+    if tokens.is_empty() {
+        return Err(Failure::Rejected("empty prompt after tokenization".into()));
+    }
+    let n_ctx = cfg.n_ctx as usize;
+    if tokens.len() + n_predict > n_ctx {
+        return Err(Failure::Rejected(format!(
+            "prompt + n_predict exceeds the session n_ctx ({n_ctx}): the conversation is {} tokens and n_predict is {n_predict}; start a new chat (clear_kv:true), lower n_predict, or open the session with a larger -c/--ctx-size",
+            tokens.len()
+        )));
+    }
+    Ok(Plan {
+        history,
+        raw,
+        tokens,
+        split,
+    })
+}
+
+/// Puts sequence 0's KV at `tokens[..n]` (dropping what follows); `false` when the cache
+/// cannot cut a partial range (sliding-window caches), after which it is empty.
+fn keep_kv_prefix(engine: &mut Engine<'_>, n: usize, held: usize) -> bool {
+    let ctx = engine.ctx_mut();
+    if n == 0 {
+        ctx.clear_memory();
+        return true;
+    }
+    if n < held {
+        let p0 = i32::try_from(n).unwrap_or(i32::MAX);
+        if !ctx.seq_rm(SEQ, p0, -1) {
+            ctx.clear_memory();
+            return false;
+        }
+    }
+    if ctx.seq_len(SEQ) != n {
+        // the mirror and the cache disagree: start from nothing rather than trust either
+        ctx.clear_memory();
+        return false;
+    }
+    true
+}
+
+#[allow(clippy::too_many_arguments)]
+fn generate(
+    engine: &mut Engine<'_>,
+    conv: &mut Conversation,
+    cfg: &RunConfig,
+    g: &GenerateRequest,
+    out: &mut dyn Write,
+    note: &mut dyn Write,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<(), Failure> {
+    let n_predict = match g.n_predict {
+        Some(0) => {
+            return Err(Failure::Rejected(
+                "n_predict must be > 0 (omit it to use the session's -n)".into(),
+            ));
+        }
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        None => cfg.n_predict,
+    };
+    let p = plan(engine, conv, cfg, g, n_predict)?;
+    emit(out, &Begin { id: g.id }.to_line());
+    if cancelled() {
+        // cancelled while queued: nothing changes
+        emit(
+            out,
+            &done_record(
+                engine,
+                g.id,
+                &Generation {
+                    cancelled: true,
+                    ..Default::default()
+                },
+                conv.kv.len(),
+            )
+            .to_line(),
+        );
+        return Ok(());
+    }
+    let held = if g.clear_kv() { 0 } else { conv.kv.len() };
+    let mut n_reused = if g.clear_kv() {
+        0
+    } else {
+        common_prefix(&conv.kv, &p.tokens).min(p.tokens.len() - 1)
+    };
+    if !keep_kv_prefix(engine, n_reused, held) {
+        n_reused = 0;
+    }
+    // from here the KV no longer holds the old conversation past n_reused
+    conv.kv.truncate(n_reused);
+    if g.clear_kv() {
+        conv.history.clear();
+        conv.raw.clear();
+    }
+    let turn = Turn {
+        turn: conv.turns,
+        tokens: &p.tokens,
+        n_reused,
+        n_predict,
+        split: p.split,
+        progress: true,
+    };
+    conv.turns += 1;
+    let out_g = engine
+        .generate(&turn, out, note, cancelled)
+        .map_err(Failure::Fatal)?;
+    let n_past = if out_g.cancelled {
+        // roll the turn back: the conversation is as it was before this message
+        let held = engine_len(engine);
+        if !keep_kv_prefix(engine, n_reused, held) {
+            // the cache could not cut the turn off and is empty now: the next turn prefills
+            // the whole (unchanged) history
+            conv.kv.clear();
+        }
+        conv.kv.len()
+    } else {
+        conv.kv = p.tokens;
+        conv.kv.extend_from_slice(&out_g.tokens);
+        if engine.template().is_some() {
+            conv.history = p.history;
+            conv.history
+                .push(Message::assistant(&out_g.answer, &out_g.reasoning));
+        } else {
+            conv.raw = p.raw;
+            conv.raw.push_str(&out_g.text);
+        }
+        conv.kv.len()
+    };
+    emit(out, &done_record(engine, g.id, &out_g, n_past).to_line());
+    Ok(())
+}
+
+/// How many positions the KV holds now.
+fn engine_len(engine: &mut Engine<'_>) -> usize {
+    engine.ctx_mut().seq_len(SEQ)
+}
+
+fn run_decide(
+    engine: &mut Engine<'_>,
+    prefix: &mut PrefixState,
+    cfg: &RunConfig,
+    d: &DecideRequest,
+    out: &mut dyn Write,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<(), Failure> {
+    if !cfg.decide {
+        return Err(Failure::Rejected(
+            "decide requests need a session opened with --decide (bmoe-cli --session --decide)"
+                .into(),
+        ));
+    }
+    emit(out, &Begin { id: d.id }.to_line());
+    if cancelled() {
+        let rec = bmoe_telemetry::protocol::Decide {
+            id: d.id,
+            cancelled: true,
+            best: -1,
+            ..Default::default()
+        };
+        emit(out, &rec.to_line());
+        return Ok(());
+    }
+    let (ctx, template) = engine.ctx_and_template();
+    match decide(ctx, template, d, prefix) {
+        Ok(rec) => {
+            emit(out, &rec.to_line());
+            Ok(())
+        }
+        Err(e) if e.is_fatal() => Err(Failure::Fatal(EngineError {
+            message: e.to_string(),
+            hint: e.hint(),
+        })),
+        Err(e) => Err(Failure::Rejected(format!("{e}; hint: {}", e.hint()))),
+    }
+}
+
+/// The `BMOE_DONE` record of a turn, rounded to the decimals the seed's format lists.
+fn done_record(engine: &Engine<'_>, id: i64, g: &Generation, n_past: usize) -> Done {
+    let s = &g.summary;
+    let t = &g.trailer;
+    let n = s.n_gen.max(1) as f64;
+    let s_tok = s.decode_s / n;
+    let st = s.stream.unwrap_or_default();
+    let io_tok = st.io_s / n;
+    let mgmt_tok = st.mgmt_s / n;
+    Done {
+        id,
+        cancelled: g.cancelled,
+        tokens: s.n_gen as u64,
+        tok_s: round_to(
+            if s.decode_s > 0.0 {
+                s.n_gen as f64 / s.decode_s
+            } else {
+                0.0
+            },
+            3,
+        ),
+        prefill_s: round_to(s.prefill_s, 3),
+        prefill_tps: round_to(
+            if s.prefill_s > 0.0 {
+                s.n_prompt as f64 / s.prefill_s
+            } else {
+                0.0
+            },
+            2,
+        ),
+        load_s: round_to(engine.load_s(), 3),
+        cache_hit_pct: round_to(
+            if s.stream.is_some() {
+                st.cache_hit_pct
+            } else {
+                -1.0
+            },
+            1,
+        ),
+        n_prompt: s.n_prompt as u64,
+        n_past: n_past as u64,
+        compute_s_tok: round_to((s_tok - io_tok - mgmt_tok).max(0.0), 4),
+        io_s_tok: round_to(io_tok, 4),
+        cache_resident_mib: round_to(st.resident_bytes as f64 / MIB, 0),
+        cache_budget_mib: round_to(engine.cache_budget_mib(), 0),
+        read_mib: round_to(st.read_bytes as f64 / MIB, 1),
+        stall_s_tok: 0.0,
+        mgmt_s_tok: round_to(mgmt_tok, 4),
+        majflt_tok: round_to(s.majflt as f64 / n, 2),
+        cpu_s_tok: round_to(s.cpu_s / n, 4),
+        prefill_cpu_s: round_to(t.prefill_cpu_s, 3),
+        prefill_read_mib: round_to(t.prefill_read_bytes as f64 / MIB, 1),
+        prefill_io_s: round_to(t.prefill_io_s, 3),
+        prefill_stall_s: 0.0,
+        prefill_mgmt_s: round_to(t.prefill_mgmt_s, 3),
+        prefill_dev_tokens: 0,
+        prefill_dev_nodes: 0,
+        prefill_dev_read_mib: 0.0,
+        prefill_dev_stall_s: 0.0,
+        token_demand_mib: round_to(st.token_demand_bytes as f64 / MIB, 1),
+        mtp_drafted: 0,
+        mtp_accepted: 0,
+        mtp_decodes: 0,
+        mtp_draft_s_tok: 0.0,
+        drafted_steps: 0,
+        loop_overhead_s_tok: round_to(t.loop_overhead_s / n, 4),
+        reasoning: g.reasoning.clone(),
+        text: g.answer.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(input: &str) -> (Vec<Inbound>, u64, bool) {
+        let (tx, rx) = channel();
+        let abort = AtomicBool::new(false);
+        let cancels = Cancels::default();
+        read_requests(input.as_bytes(), &tx, &abort, &cancels);
+        drop(tx);
+        (
+            rx.into_iter().collect(),
+            cancels.upto.load(Ordering::SeqCst),
+            abort.load(Ordering::SeqCst),
+        )
+    }
+
+    #[test]
+    fn reader_numbers_work_and_cancel_covers_what_came_before() {
+        let (items, upto, abort) = read_all(
+            "{\"cmd\":\"generate\",\"id\":1,\"prompt\":\"a\"}\n\n{\"cmd\":\"generate\",\"id\":2,\"prompt\":\"b\"}\n{\"cmd\":\"cancel\"}\n{\"cmd\":\"generate\",\"id\":3,\"prompt\":\"c\"}\n",
+        );
+        assert!(abort);
+        assert_eq!(upto, 2, "the cancel covers the two requests read before it");
+        let seqs: Vec<u64> = items
+            .iter()
+            .filter_map(|i| match i {
+                Inbound::Work { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        assert!(matches!(items.last(), Some(Inbound::Close)), "EOF closes");
+    }
+
+    #[test]
+    fn reader_reports_bad_lines_with_their_id_and_stops_at_close() {
+        let (items, _, abort) = read_all(
+            "{\"cmd\":\"explode\",\"id\":7}\nnot json\n{\"cmd\":\"generate\",\"prompt\":\"x\"}\n{\"cmd\":\"close\"}\n{\"cmd\":\"generate\",\"id\":9,\"prompt\":\"never read\"}\n",
+        );
+        assert!(!abort);
+        let errs: Vec<(i64, &str)> = items
+            .iter()
+            .filter_map(|i| match i {
+                Inbound::Invalid { id, msg } => Some((*id, msg.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(errs.len(), 3);
+        assert_eq!(errs[0].0, 7);
+        assert!(errs[0].1.contains("explode"), "{}", errs[0].1);
+        assert_eq!(errs[1].0, 0);
+        assert!(errs[2].1.contains("id"), "{}", errs[2].1);
+        assert_eq!(items.len(), 4, "nothing after close is read");
+        assert!(matches!(items[3], Inbound::Close));
+    }
+
+    #[test]
+    fn non_utf8_line_is_rejected_not_fatal() {
+        let (tx, rx) = channel();
+        let abort = AtomicBool::new(false);
+        let cancels = Cancels::default();
+        read_requests(
+            &b"\xff\xfe\n{\"cmd\":\"close\"}\n"[..],
+            &tx,
+            &abort,
+            &cancels,
+        );
+        drop(tx);
+        let items: Vec<Inbound> = rx.into_iter().collect();
+        assert!(matches!(&items[0], Inbound::Invalid { msg, .. } if msg.contains("UTF-8")));
+    }
+
+    #[test]
+    fn common_prefix_counts_equal_leading_tokens() {
+        assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4, 5]), 2);
+        assert_eq!(common_prefix(&[], &[1]), 0);
+        assert_eq!(common_prefix(&[1, 2], &[1, 2]), 2);
+    }
+}
