@@ -22,11 +22,27 @@ pub fn layer_of(name: &str, base: &str) -> Option<usize> {
 /// The routing node whose ids decide which experts a layer reads.
 pub const TOPK_NODE: &str = "ffn_moe_topk";
 
+/// Env var (diagnostic): `1` installs the routing hook on a plain (resident) run — every
+/// `ffn_moe_topk-<il>` node is isolated and its ids are read, exactly as when streaming, but
+/// nothing is loaded. Resident with the hook against resident without it is the callback's own
+/// overhead.
+pub const RESIDENT_HOOK_ENV: &str = "BMOE_DIAG_RESIDENT_HOOK";
+
+/// Whether [`RESIDENT_HOOK_ENV`] asks for the observe-only hook.
+pub fn resident_hook_requested() -> bool {
+    std::env::var(RESIDENT_HOOK_ENV).is_ok_and(|v| v == "1")
+}
+
 enum Phase {
     /// Record every expert tensor a node reads.
     Capture(Vec<(usize, &'static str, WeightRef)>),
     /// Load routed experts.
     Stream(Box<Streamer>),
+    /// Read the routed ids at every routing node and load nothing ([`RESIDENT_HOOK_ENV`]).
+    Observe {
+        /// Ids read so far (kept so the read cannot be optimised away).
+        ids_read: u64,
+    },
     /// Do nothing (between phases).
     Idle,
 }
@@ -70,6 +86,22 @@ impl MoeHook {
             route_trace: None,
             routing: Vec::new(),
             compute_trace: None,
+        }
+    }
+
+    /// A hook for a resident run that isolates every routing node and reads its ids, as the
+    /// streaming hook does, but loads nothing: the measuring stick for the callback's overhead.
+    pub fn observing(abort: Arc<AtomicBool>) -> Self {
+        let mut hook = Self::tracing_only(abort);
+        hook.phase = Phase::Observe { ids_read: 0 };
+        hook
+    }
+
+    /// Routed ids read by an [`MoeHook::observing`] hook (0 otherwise).
+    pub fn ids_observed(&self) -> u64 {
+        match self.phase {
+            Phase::Observe { ids_read } => ids_read,
+            _ => 0,
         }
     }
 
@@ -146,6 +178,18 @@ impl MoeHook {
     }
 }
 
+impl Drop for MoeHook {
+    fn drop(&mut self) {
+        // the diagnostic's proof that the hook ran (it has no other output of its own)
+        if let Phase::Observe { ids_read } = self.phase {
+            eprintln!(
+                "bmoe: diag: resident hook observed {} routing nodes, {ids_read} routed ids",
+                self.topk_calls
+            );
+        }
+    }
+}
+
 impl EvalHook for MoeHook {
     fn wants(&mut self, node: &Node<'_>) -> bool {
         let capturing = matches!(self.phase, Phase::Capture(_));
@@ -184,11 +228,19 @@ impl MoeHook {
                     && (layer_of(name, TOPK_NODE).is_some()
                         || (self.route_trace.is_some() && weight_node_layer(name).is_some()))
             }
+            Phase::Observe { .. } => layer_of(node.name(), TOPK_NODE).is_some(),
             Phase::Idle => false,
         }
     }
 
     fn stream_observe(&mut self, node: &Node<'_>) {
+        if let Phase::Observe { ids_read } = &mut self.phase {
+            if layer_of(node.name(), TOPK_NODE).is_some() {
+                self.topk_calls += 1;
+                *ids_read += node.expert_ids().map_or(0, |ids| ids.len() as u64);
+            }
+            return;
+        }
         let Phase::Stream(streamer) = &mut self.phase else {
             return;
         };

@@ -466,6 +466,14 @@ impl<'m> Engine<'m> {
         let hook = match (cfg.stream, recipe) {
             (Some(_), Some(r)) => Some(MoeHook::capturing(r, Arc::clone(&abort))),
             _ if cfg.compute_trace.is_some() => Some(MoeHook::tracing_only(Arc::clone(&abort))),
+            (None, Some(_)) if crate::hook::resident_hook_requested() => {
+                let _ = writeln!(
+                    note,
+                    "bmoe: diag: {}=1 — routing hook on a resident run (ids read at every ffn_moe_topk node, nothing loaded)",
+                    crate::hook::RESIDENT_HOOK_ENV
+                );
+                Some(MoeHook::observing(Arc::clone(&abort)))
+            }
             _ => None,
         };
         let opts = ContextOptions {

@@ -497,3 +497,46 @@ fn without_model_flag_runs_the_builtin_tiny_model() {
         assert_eq!(p.generation.expect("generation").tokens, 4);
     }
 }
+
+#[test]
+fn resident_hook_diagnostic_observes_every_routing_and_changes_nothing() {
+    let m = &models().q8;
+    let (plain, _) = trace(m, &[]);
+    let out = cli()
+        .env("BMOE_DIAG_RESIDENT_HOOK", "1")
+        .arg("-m")
+        .arg(m)
+        .args(["-p", PROMPT, "-n", "12", "-t", "2", "-c", "256"])
+        .arg("--dump-logits-hash")
+        .output()
+        .expect("run bmoe-cli");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("mode: plain llama.cpp"),
+        "still a resident run:\n{stdout}"
+    );
+    let hashes: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("logits-hash "))
+        .collect();
+    let expected: Vec<String> = plain
+        .iter()
+        .enumerate()
+        .map(|(i, (t, h))| format!("logits-hash step={} token={t} hash={h}", i + 1))
+        .collect();
+    assert_eq!(hashes, expected, "the hook must not change a single logit");
+    // 2 MoE layers × (1 prefill + 12 decodes), each routing node observed once
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("bmoe: diag: resident hook observed"))
+        .unwrap_or_else(|| panic!("no hook report in:\n{stderr}"));
+    let nodes: u64 = line
+        .split_whitespace()
+        .nth(5)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    let decodes = hashes.len() as u64 + 1;
+    assert_eq!(nodes, 2 * decodes, "{line}");
+}
