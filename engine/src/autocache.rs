@@ -1,16 +1,34 @@
 //! `--cache-mb auto`: the expert-cache budget sized once at load from the memory this process
 //! can actually use — `MemAvailable`, or the memory cgroup's headroom when that is tighter —
-//! minus `--cache-floor-mb` left free, capped by `--cache-ceil-mb` and by the model's whole
-//! expert set (a bigger cache could never fill).
+//! minus the dense weights (which must stay resident whatever `--dense-weights` says) and a
+//! floor left free, capped by `--cache-ceil-mb` and by the model's whole expert set (a bigger
+//! cache could never fill).
 //!
-//! Unlike the original engine there is no absolute minimum (it forced 1500 MiB): inside a small
-//! cgroup a budget above the headroom is an OOM kill, not a faster run. A budget below the
-//! model's one-token worst case (`cache_cycle`) is allowed and warned about once.
+//! The floor: `--cache-floor-mb F` leaves exactly F MiB free. Unset, the floor scales with
+//! what there is: a quarter of the usable memory, at least [`MIN_FLOOR_MB`] (and twice one
+//! layer's load, the transient overshoot of a load), at most [`DEFAULT_FLOOR_MB`]. When that
+//! leaves the budget below the model's one-token worst case (`cache_cycle`), the scaled floor
+//! gives way — down to its minimum — so the budget reaches one cycle: an LRU smaller than the
+//! cycle it serves evicts each expert before its next use and hits almost never, so those
+//! MiB buy nothing as cache, while as headroom they are only slack. A fixed 1536 MiB floor
+//! sized 470 MiB inside a 3 GiB cgroup on the Qwen3-30B-A3B shape (cycle 972 MiB); the scaled
+//! floor sizes 1505 MiB there.
+//!
+//! Unlike the original engine there is no absolute minimum budget (it forced 1500 MiB): inside
+//! a small cgroup a budget above the headroom is an OOM kill, not a faster run. A budget below
+//! `cache_cycle` is allowed and warned about once.
 
 use crate::memory::{CgroupMemory, MIB, SystemMemory};
 
-/// Default `--cache-floor-mb`: MiB left free for everything else.
+/// The most an unset `--cache-floor-mb` leaves free, MiB (what a large machine keeps for
+/// everything else).
 pub const DEFAULT_FLOOR_MB: u64 = 1536;
+
+/// The least an unset `--cache-floor-mb` leaves free, MiB.
+pub const MIN_FLOOR_MB: u64 = 128;
+
+/// An unset floor is this fraction (1/n) of the usable memory before clamping.
+const FLOOR_SHARE: u64 = 4;
 
 /// What the sizing sees.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -19,15 +37,18 @@ pub struct AutoInputs {
     pub mem_available: u64,
     /// The memory cgroup's headroom (bytes), when inside a limited one.
     pub cgroup_headroom: Option<u64>,
-    /// MiB to leave free (`--cache-floor-mb`).
-    pub floor_mb: u64,
+    /// MiB to leave free (`--cache-floor-mb`); `None` = scaled (see the module docs).
+    pub floor_mb: Option<u64>,
     /// Cap in MiB (`--cache-ceil-mb`), 0 = none.
     pub ceil_mb: u64,
     /// Bytes of every expert of every layer (the cache can never hold more).
     pub total_expert_bytes: u64,
     /// One token's worst-case routed bytes (`cache_cycle`).
     pub cache_cycle_bytes: u64,
-    /// Dense bytes the `anon` policy is about to copy into anonymous memory (0 for mmap/warm).
+    /// One token's worst-case routed bytes in the widest layer (top-k × its expert bytes).
+    pub layer_load_bytes: u64,
+    /// Dense (non-expert) weight bytes: they must stay resident, so they are reserved first
+    /// (file-backed pages count as free memory in both figures above).
     pub dense_reserve_bytes: u64,
 }
 
@@ -42,6 +63,17 @@ pub enum AvailSource {
     Unknown,
 }
 
+/// How the floor was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorRule {
+    /// `--cache-floor-mb` as given.
+    Explicit,
+    /// Scaled with the usable memory.
+    Scaled,
+    /// Scaled, then lowered so the budget holds one cache cycle.
+    GaveWayToCycle,
+}
+
 /// The sized budget and how it was reached (for the load-time note).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AutoBudget {
@@ -51,15 +83,26 @@ pub struct AutoBudget {
     pub avail_mb: u64,
     /// Where `avail_mb` came from.
     pub source: AvailSource,
+    /// The floor left free, MiB.
+    pub floor_mb: u64,
+    /// How the floor was chosen.
+    pub floor_rule: FloorRule,
     /// The cap applied (ceil and/or whole expert set), MiB.
     pub cap_mb: u64,
-    /// MiB reserved for the `anon` dense copy.
+    /// MiB reserved for the dense weights.
     pub dense_reserve_mb: u64,
     /// Whether the budget is below one token's worst case.
     pub below_cycle: bool,
 }
 
 const MIB_U: u64 = 1024 * 1024;
+
+/// The unset floor's bounds for `usable_mb` of usable memory: `(scaled, minimum)`.
+pub fn scaled_floor_mb(usable_mb: u64, layer_load_bytes: u64) -> (u64, u64) {
+    let min = MIN_FLOOR_MB.max(2 * layer_load_bytes.div_ceil(MIB_U));
+    let scaled = (usable_mb / FLOOR_SHARE).min(DEFAULT_FLOOR_MB).max(min);
+    (scaled, min)
+}
 
 /// Sizes the budget (pure; see the module docs for the rule).
 pub fn size_budget(i: &AutoInputs) -> AutoBudget {
@@ -70,22 +113,48 @@ pub fn size_budget(i: &AutoInputs) -> AutoBudget {
         (m, _) => (m, AvailSource::MemAvailable),
     };
     let dense_reserve = i.dense_reserve_bytes.min(avail);
-    let avail = avail - dense_reserve;
+    let usable_mb = (avail - dense_reserve) / MIB_U;
     let total_mb = i.total_expert_bytes.div_ceil(MIB_U);
     let cap_mb = if i.ceil_mb > 0 {
         i.ceil_mb.min(total_mb)
     } else {
         total_mb
     };
-    let budget_mb = match source {
+    let cycle_mb = i.cache_cycle_bytes.div_ceil(MIB_U);
+    let (floor_mb, floor_rule, budget_mb) = match (source, i.floor_mb) {
         // nothing to measure against: one token cycle, the least that can hit at all
-        AvailSource::Unknown => i.cache_cycle_bytes.div_ceil(MIB_U).min(cap_mb),
-        _ => (avail / MIB_U).saturating_sub(i.floor_mb).min(cap_mb),
+        (AvailSource::Unknown, f) => (
+            f.unwrap_or(0),
+            if f.is_some() {
+                FloorRule::Explicit
+            } else {
+                FloorRule::Scaled
+            },
+            cycle_mb.min(cap_mb),
+        ),
+        (_, Some(f)) => (
+            f,
+            FloorRule::Explicit,
+            usable_mb.saturating_sub(f).min(cap_mb),
+        ),
+        (_, None) => {
+            let (scaled, min) = scaled_floor_mb(usable_mb, i.layer_load_bytes);
+            let budget = usable_mb.saturating_sub(scaled);
+            if budget < cycle_mb.min(cap_mb) && usable_mb > min {
+                // give way: up to one cycle, never below the minimum floor
+                let b = cycle_mb.min(cap_mb).min(usable_mb - min);
+                (usable_mb - b, FloorRule::GaveWayToCycle, b)
+            } else {
+                (scaled, FloorRule::Scaled, budget.min(cap_mb))
+            }
+        }
     };
     AutoBudget {
         budget_mb,
-        avail_mb: avail / MIB_U,
+        avail_mb: usable_mb,
         source,
+        floor_mb,
+        floor_rule,
         cap_mb,
         dense_reserve_mb: dense_reserve / MIB_U,
         below_cycle: budget_mb.saturating_mul(MIB_U) < i.cache_cycle_bytes,
@@ -102,8 +171,8 @@ pub fn measure(system: Option<SystemMemory>, cgroup: Option<&CgroupMemory>) -> (
 
 impl AutoBudget {
     /// The load-time note (stderr), e.g.
-    /// `cache auto — 20480 MiB available (MemAvailable), leaving 1536 MiB free → 18944 MiB budget (cap 24000 MiB)`.
-    pub fn note(&self, floor_mb: u64) -> String {
+    /// `cache auto — 2006 MiB available (memory cgroup limit − usage) after reserving 971 MiB for the dense weights, leaving 501 MiB free (scaled) → 1505 MiB budget (cap 15552 MiB)`.
+    pub fn note(&self) -> String {
         let src = match self.source {
             AvailSource::MemAvailable => "MemAvailable",
             AvailSource::Cgroup => "memory cgroup limit − usage",
@@ -111,15 +180,20 @@ impl AutoBudget {
         };
         let reserve = if self.dense_reserve_mb > 0 {
             format!(
-                " after reserving {} MiB for the dense-weight copy",
+                " after reserving {} MiB for the dense weights",
                 self.dense_reserve_mb
             )
         } else {
             String::new()
         };
+        let rule = match self.floor_rule {
+            FloorRule::Explicit => "--cache-floor-mb",
+            FloorRule::Scaled => "scaled",
+            FloorRule::GaveWayToCycle => "scaled, lowered to fit one cache cycle",
+        };
         format!(
-            "cache auto — {} MiB available ({src}){reserve}, leaving {floor_mb} MiB free → {} MiB budget (cap {} MiB)",
-            self.avail_mb, self.budget_mb, self.cap_mb
+            "cache auto — {} MiB available ({src}){reserve}, leaving {} MiB free ({rule}) → {} MiB budget (cap {} MiB)",
+            self.avail_mb, self.floor_mb, self.budget_mb, self.cap_mb
         )
     }
 
@@ -140,16 +214,32 @@ mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
+    const MIB_: u64 = 1 << 20;
 
     fn inputs() -> AutoInputs {
         AutoInputs {
             mem_available: 20 * GIB,
             cgroup_headroom: None,
-            floor_mb: DEFAULT_FLOOR_MB,
+            floor_mb: Some(DEFAULT_FLOOR_MB),
             ceil_mb: 0,
             total_expert_bytes: 16 * GIB,
             cache_cycle_bytes: GIB,
+            layer_load_bytes: 20 * MIB_,
             dense_reserve_bytes: 0,
+        }
+    }
+
+    /// The Qwen3-30B-A3B shape: 972 MiB cycle, 20.25 MiB per layer load, 971 MiB dense.
+    fn qwen3(headroom_mb: u64) -> AutoInputs {
+        AutoInputs {
+            mem_available: 20 * GIB,
+            cgroup_headroom: Some(headroom_mb * MIB_),
+            floor_mb: None,
+            ceil_mb: 0,
+            total_expert_bytes: 15552 * MIB_,
+            cache_cycle_bytes: 972 * MIB_,
+            layer_load_bytes: 20 * MIB_ + 256 * 1024,
+            dense_reserve_bytes: 971 * MIB_,
         }
     }
 
@@ -164,6 +254,7 @@ mod tests {
             ..inputs()
         });
         assert_eq!(b.budget_mb, 8 * 1024 - 1536);
+        assert_eq!(b.floor_rule, FloorRule::Explicit);
         assert!(!b.below_cycle);
     }
 
@@ -171,7 +262,7 @@ mod tests {
     fn a_tighter_cgroup_wins_and_the_budget_stays_below_its_headroom() {
         let b = size_budget(&AutoInputs {
             cgroup_headroom: Some(4 * GIB),
-            floor_mb: 512,
+            floor_mb: Some(512),
             ..inputs()
         });
         assert_eq!(b.source, AvailSource::Cgroup);
@@ -198,16 +289,16 @@ mod tests {
         });
         assert_eq!(b.budget_mb, 6 * 1024 - 1536);
         assert_eq!(b.dense_reserve_mb, 2048);
-        assert!(b.note(1536).contains("reserving 2048 MiB"));
+        assert!(b.note().contains("reserving 2048 MiB"));
     }
 
     #[test]
-    fn too_little_memory_gives_a_small_budget_and_one_warning() {
+    fn an_explicit_floor_is_kept_even_below_the_cycle() {
         let b = size_budget(&AutoInputs {
             mem_available: 2 * GIB,
             ..inputs()
         });
-        assert_eq!(b.budget_mb, 512);
+        assert_eq!((b.budget_mb, b.floor_mb), (512, 1536));
         assert!(b.below_cycle);
         assert!(b.cycle_warning(GIB).unwrap().contains("1024.0 MiB"));
         let none = size_budget(&AutoInputs {
@@ -215,6 +306,60 @@ mod tests {
             ..inputs()
         });
         assert_eq!(none.budget_mb, 0, "never more than is free");
+    }
+
+    #[test]
+    fn the_scaled_floor_follows_the_limit() {
+        // 3 GiB cgroup after load (the quiet benchmark's figures): 2977 MiB headroom
+        let b = size_budget(&qwen3(2977));
+        assert_eq!(b.avail_mb, 2006);
+        assert_eq!((b.floor_mb, b.floor_rule), (501, FloorRule::Scaled));
+        assert_eq!(b.budget_mb, 1505);
+        assert!(!b.below_cycle, "a 3 GiB device holds one cycle");
+        assert!(
+            b.note().contains("leaving 501 MiB free (scaled)"),
+            "{}",
+            b.note()
+        );
+        // 8 GiB: a quarter would be more than the cap: 1536 MiB kept free
+        let b = size_budget(&qwen3(8000));
+        assert_eq!(b.floor_mb, DEFAULT_FLOOR_MB);
+        assert_eq!(b.budget_mb, 8000 - 971 - 1536);
+        // the floor grows with the limit and never passes its bounds
+        let mut last = 0;
+        for mb in (1200..40000).step_by(700) {
+            let b = size_budget(&qwen3(mb));
+            assert!(b.floor_mb >= last || b.floor_rule == FloorRule::GaveWayToCycle);
+            assert!(
+                (MIN_FLOOR_MB..=DEFAULT_FLOOR_MB).contains(&b.floor_mb),
+                "{mb}: {b:?}"
+            );
+            assert!(b.budget_mb + b.floor_mb <= b.avail_mb, "{mb}: {b:?}");
+            if b.floor_rule == FloorRule::Scaled {
+                last = b.floor_mb;
+            }
+        }
+    }
+
+    #[test]
+    fn the_scaled_floor_gives_way_to_one_cycle_but_not_below_its_minimum() {
+        // 2.2 GiB: a quarter of the 1282 usable MiB (320) would leave 962 < 972 MiB
+        let b = size_budget(&qwen3(2253));
+        assert_eq!(b.avail_mb, 1282);
+        assert_eq!(b.floor_rule, FloorRule::GaveWayToCycle);
+        assert_eq!((b.budget_mb, b.floor_mb), (972, 310));
+        assert!(!b.below_cycle);
+        // 2 GiB: even the minimum floor cannot make room for a cycle: stop at the minimum
+        let b = size_budget(&qwen3(2000));
+        assert_eq!(b.avail_mb, 1029);
+        assert_eq!(
+            (b.floor_mb, b.budget_mb),
+            (MIN_FLOOR_MB, 1029 - MIN_FLOOR_MB)
+        );
+        assert!(b.below_cycle);
+        // the minimum also covers a load's transient overshoot (two layer loads)
+        let (_, min) = scaled_floor_mb(10_000, 100 * MIB_);
+        assert_eq!(min, 200);
     }
 
     #[test]

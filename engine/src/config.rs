@@ -68,9 +68,10 @@ pub struct Cli {
     /// `auto`: sized once at load from MemAvailable / the memory cgroup, whichever is tighter
     #[arg(long = "cache-mb", default_value = "0", value_name = "MIB|auto")]
     pub cache_mb: String,
-    /// `--cache-mb auto`: MiB to leave free for everything else
-    #[arg(long = "cache-floor-mb", default_value_t = crate::autocache::DEFAULT_FLOOR_MB as i64, value_name = "MIB")]
-    pub cache_floor_mb: i64,
+    /// `--cache-mb auto`: MiB to leave free for everything else [default: scaled with the
+    /// memory: a quarter of it, 128..=1536 MiB, lowered to fit one cache cycle]
+    #[arg(long = "cache-floor-mb", value_name = "MIB")]
+    pub cache_floor_mb: Option<i64>,
     /// `--cache-mb auto`: upper bound in MiB (0 = none)
     #[arg(long = "cache-ceil-mb", default_value_t = 0, value_name = "MIB")]
     pub cache_ceil_mb: i64,
@@ -158,8 +159,8 @@ fn err(message: impl Into<String>, hint: impl Into<String>) -> ConfigError {
 /// `--cache-mb auto` bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheAuto {
-    /// MiB to leave free.
-    pub floor_mb: u64,
+    /// MiB to leave free (`None` = scaled, see [`crate::autocache`]).
+    pub floor_mb: Option<u64>,
     /// Cap in MiB (0 = none).
     pub ceil_mb: u64,
 }
@@ -360,7 +361,7 @@ impl Cli {
             let (cache_mb, auto) = match self.cache_mb.trim() {
                 "auto" => {
                     for (flag, v) in [
-                        ("--cache-floor-mb", self.cache_floor_mb),
+                        ("--cache-floor-mb", self.cache_floor_mb.unwrap_or(0)),
                         ("--cache-ceil-mb", self.cache_ceil_mb),
                     ] {
                         if v < 0 {
@@ -373,7 +374,7 @@ impl Cli {
                     (
                         0,
                         Some(CacheAuto {
-                            floor_mb: self.cache_floor_mb as u64,
+                            floor_mb: self.cache_floor_mb.map(|f| f as u64),
                             ceil_mb: self.cache_ceil_mb as u64,
                         }),
                     )
@@ -619,7 +620,7 @@ mod tests {
         assert_eq!(
             s.auto,
             Some(CacheAuto {
-                floor_mb: 64,
+                floor_mb: Some(64),
                 ceil_mb: 512
             })
         );

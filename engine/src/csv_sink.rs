@@ -169,6 +169,8 @@ pub struct ResolvedRun {
     pub moe_stream: bool,
     /// The cache budget in effect, MiB (what `auto` chose, under `auto`).
     pub cache_mb: u64,
+    /// The floor `auto` left free, MiB (`None` without `auto`).
+    pub cache_floor_mb: Option<u64>,
     /// One token's worst-case routed bytes.
     pub cache_cycle_bytes: u64,
     /// Whether every shard reads with O_DIRECT (achieved, not requested).
@@ -217,7 +219,10 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
         moe_stream: Some(r.moe_stream),
         cache_mb: Some(r.cache_mb),
         cache_auto: Some(auto.is_some()),
-        cache_floor_mb: Some(auto.map_or(crate::autocache::DEFAULT_FLOOR_MB, |a| a.floor_mb)),
+        cache_floor_mb: Some(
+            r.cache_floor_mb
+                .unwrap_or(crate::autocache::DEFAULT_FLOOR_MB),
+        ),
         cache_ceil_mb: Some(auto.map_or(0, |a| a.ceil_mb)),
         cache_cycle_mb: Some(r.cache_cycle_bytes.div_ceil(1024 * 1024)),
         force_cache: Some(false),

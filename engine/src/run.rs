@@ -533,14 +533,11 @@ impl<'m> Engine<'m> {
                 Some(a) => {
                     let (mem_available, cgroup_headroom) =
                         measure(MemorySnapshot::sample().system, cgroup_memory().as_ref());
-                    let dense_reserve_bytes = if cfg.dense_weights == DenseWeights::Anon {
-                        crate::residency::dense_file_ranges(&facts.index)
-                            .iter()
-                            .map(|r| r.2)
-                            .sum()
-                    } else {
-                        0
-                    };
+                    // the dense weights must stay resident under every --dense-weights policy
+                    let dense_reserve_bytes = crate::residency::dense_file_ranges(&facts.index)
+                        .iter()
+                        .map(|r| r.2)
+                        .sum();
                     let b = size_budget(&AutoInputs {
                         mem_available,
                         cgroup_headroom,
@@ -548,9 +545,11 @@ impl<'m> Engine<'m> {
                         ceil_mb: a.ceil_mb,
                         total_expert_bytes: layout.total_bytes(),
                         cache_cycle_bytes: cycle,
+                        layer_load_bytes: layout.layer_load_bytes(top_k),
                         dense_reserve_bytes,
                     });
-                    let _ = writeln!(note, "bmoe: {}", b.note(a.floor_mb));
+                    resolved.cache_floor_mb = Some(b.floor_mb);
+                    let _ = writeln!(note, "bmoe: {}", b.note());
                     if let Some(w) = b.cycle_warning(cycle) {
                         let _ = writeln!(note, "bmoe: warning: {w}");
                     }
