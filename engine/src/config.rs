@@ -137,6 +137,15 @@ pub struct Cli {
     /// Test only: poison expert slices after each load (routed|unrouted)
     #[arg(long = "test-poison", hide = true, value_name = "WHICH")]
     pub test_poison: Option<String>,
+    /// Test only: prefill the prompt in several decodes, split at these positions (comma list),
+    /// to reproduce the batches a session's KV was built from
+    #[arg(
+        long = "test-prefill-split",
+        hide = true,
+        value_name = "POS,...",
+        value_delimiter = ','
+    )]
+    pub test_prefill_split: Vec<usize>,
 }
 
 /// A flag error: what is wrong, which flag, and what to do.
@@ -273,6 +282,8 @@ pub struct RunConfig {
     pub session: bool,
     /// `--decide`: accept `decide` requests (session only).
     pub decide: bool,
+    /// Test only: extra prefill decode boundaries (absolute positions).
+    pub prefill_split: Vec<usize>,
 }
 
 impl Cli {
@@ -490,6 +501,7 @@ impl Cli {
             dense_weights,
             session: self.session,
             decide: self.decide,
+            prefill_split: self.test_prefill_split.clone(),
         })
     }
 }

@@ -884,29 +884,42 @@ impl<'m> Engine<'m> {
                 "report a bug",
             ));
         };
-        let mut prompt = fresh.to_vec();
-        let n_prompt = prompt.len();
+        let n_prompt = fresh.len();
+        // one decode for the whole prompt (n_batch = n_ctx), unless a test asks for the batches
+        // a session built its KV from
+        let mut cuts: Vec<usize> = cfg
+            .prefill_split
+            .iter()
+            .copied()
+            .filter(|&p| p > turn.n_reused && p < n_ctx_tokens)
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        cuts.push(n_ctx_tokens);
 
         let pre_stats = self.stream_stats();
         let pre_proc = process_sample();
         let t_prefill = Instant::now();
-        begin_trace(
-            &mut self.ctx,
-            turn.turn,
-            true,
-            turn.n_reused as i64,
-            n_prompt,
-        );
-        let r = self.ctx.decode(&mut prompt);
-        end_trace(&mut self.ctx, note);
-        drain_io(
-            &mut self.ctx,
-            &mut self.io_trace,
-            turn.turn,
-            PHASE_PREFILL,
-            n_ctx_tokens as i64 - 1,
-            note,
-        );
+        let mut from = turn.n_reused;
+        let mut r = Ok(());
+        for to in cuts {
+            let mut chunk = turn.tokens[from..to].to_vec();
+            begin_trace(&mut self.ctx, turn.turn, true, from as i64, chunk.len());
+            r = self.ctx.decode(&mut chunk);
+            end_trace(&mut self.ctx, note);
+            drain_io(
+                &mut self.ctx,
+                &mut self.io_trace,
+                turn.turn,
+                PHASE_PREFILL,
+                to as i64 - 1,
+                note,
+            );
+            if r.is_err() {
+                break;
+            }
+            from = to;
+        }
         if let Err(e) = r {
             let read_err = self.ctx.hook_mut().and_then(MoeHook::take_error);
             if read_err.is_none() && e == DecodeError::Aborted && cancelled() {

@@ -468,20 +468,22 @@ fn run_decide(
                 .into(),
         ));
     }
-    emit(out, &Begin { id: d.id }.to_line());
-    if cancelled() {
-        let rec = bmoe_telemetry::protocol::Decide {
+    // nothing is decoded token by token, so BEGIN goes out with the result: a rejected request
+    // answers BMOE_ERROR alone, as a rejected generate does
+    let rec = if cancelled() {
+        Ok(bmoe_telemetry::protocol::Decide {
             id: d.id,
             cancelled: true,
             best: -1,
             ..Default::default()
-        };
-        emit(out, &rec.to_line());
-        return Ok(());
-    }
-    let (ctx, template) = engine.ctx_and_template();
-    match decide(ctx, template, d, prefix) {
+        })
+    } else {
+        let (ctx, template) = engine.ctx_and_template();
+        decide(ctx, template, d, prefix)
+    };
+    match rec {
         Ok(rec) => {
+            emit(out, &Begin { id: d.id }.to_line());
             emit(out, &rec.to_line());
             Ok(())
         }
