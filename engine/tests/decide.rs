@@ -1,6 +1,8 @@
 //! `decide` on real llama.cpp, on models bmoe-gguf synthesises at test time: log-probabilities
 //! against an independent computation, prefix reuse changing nothing but the work done, request
-//! errors, cancel, and a conversation in the KV surviving a decide bit for bit.
+//! errors, cancel, and a conversation in the KV surviving a decide bit for bit — through the
+//! library, and through `bmoe-cli --session --decide` over real pipes (a chat continued after
+//! decides answers as without them; streamed experts score exactly as resident ones).
 
 use bmoe_engine::chat::ChatTemplate;
 use bmoe_engine::decide::{DecideError, PrefixState, decide};
@@ -8,8 +10,10 @@ use bmoe_engine::ffi::{Context, ContextOptions, Model, ModelOptions, Token};
 use bmoe_engine::hook::MoeHook;
 use bmoe_engine::run::logits_hash;
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
-use bmoe_telemetry::protocol::{Decide, DecideRequest};
+use bmoe_telemetry::protocol::{Decide, DecideRequest, Done, LineKind, Record, parse_line};
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -435,4 +439,147 @@ fn cancel_stops_the_decide_and_keeps_the_conversation() {
     )
     .expect("the next request works");
     assert!(!after.cancelled && after.best >= 0);
+}
+
+/// Runs one `bmoe-cli --session` with `requests` on stdin (then EOF) and returns its protocol
+/// records; panics with stderr when it fails.
+fn session(extra: &[&str], requests: &[String]) -> Vec<Record> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
+        .arg("-m")
+        .arg(&models().tiny)
+        .args([
+            "--session",
+            "--decide",
+            "--chatml",
+            "-t",
+            "2",
+            "-c",
+            "512",
+            "-n",
+            "10",
+        ])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bmoe-cli --session");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for r in requests {
+        writeln!(stdin, "{r}").expect("write a request");
+    }
+    drop(stdin);
+    let out = child.wait_with_output().expect("session output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "session failed: {stderr}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| match parse_line(l) {
+            LineKind::Record(r) => Some(r),
+            LineKind::Malformed { tag, reason } => panic!("malformed BMOE_{tag}: {reason}"),
+            _ => None,
+        })
+        .collect()
+}
+
+fn decide_line(id: i64, prefix: &str, suffix: &str, reuse: bool) -> String {
+    serde_json::json!({
+        "cmd": "decide", "id": id, "prefix": prefix, "suffix": suffix,
+        "choices": CHOICES, "reuse_prefix": reuse,
+    })
+    .to_string()
+}
+
+fn generate_line(id: i64, prompt: &str, clear_kv: bool) -> String {
+    serde_json::json!({"cmd": "generate", "id": id, "prompt": prompt, "clear_kv": clear_kv})
+        .to_string()
+}
+
+fn dones(records: &[Record]) -> Vec<Done> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Done(d) => Some((**d).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn decides(records: &[Record]) -> Vec<Decide> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Decide(d) => Some((**d).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_chat_continued_after_decides_answers_as_without_them() {
+    let turn1 = generate_line(1, "Tell me about flash storage.", true);
+    let turn2 = generate_line(2, "And about page faults?", false);
+    let plain = session(&[], &[turn1.clone(), turn2.clone()]);
+    let with = session(
+        &[],
+        &[
+            turn1,
+            decide_line(10, DOC, "Which one?", true),
+            decide_line(11, DOC, "Which other one?", true),
+            decide_line(12, "Unrelated. ", "Q?", false),
+            turn2,
+        ],
+    );
+    let (a, b) = (dones(&plain), dones(&with));
+    assert_eq!((a.len(), b.len()), (2, 2));
+    assert_eq!(decides(&with).len(), 3);
+    assert!(decides(&with).iter().all(|d| !d.cancelled && d.best >= 0));
+    let ds = decides(&with);
+    assert!(
+        ds[1].n_reused > 0,
+        "the second decide restored the kept prefix"
+    );
+    assert_eq!(ds[2].n_reused, 0, "reuse_prefix:false");
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.text, y.text, "turn {} answer", x.id);
+        assert_eq!(x.tokens, y.tokens);
+        assert_eq!(
+            (x.n_prompt, x.n_past),
+            (y.n_prompt, y.n_past),
+            "turn {}",
+            x.id
+        );
+    }
+    assert!(
+        b[1].n_prompt < b[1].n_past,
+        "turn 2 reused the conversation's KV prefix after the decides"
+    );
+}
+
+#[test]
+fn streamed_experts_score_exactly_as_resident_ones() {
+    let requests = [
+        decide_line(1, DOC, "Which letter?", true),
+        decide_line(2, DOC, "Which number?", true),
+        decide_line(3, DOC, "Which number?", false),
+    ];
+    let resident = decides(&session(&[], &requests));
+    for extra in [
+        &["--moe-stream"][..],
+        &["--moe-stream", "--cache-mb", "1"][..],
+    ] {
+        let streamed = decides(&session(extra, &requests));
+        assert_eq!(streamed.len(), 3);
+        for (r, s) in resident.iter().zip(&streamed) {
+            assert_same_scores(r, s);
+            assert_eq!((r.n_reused, r.n_prefilled), (s.n_reused, s.n_prefilled));
+            assert_eq!(r.prefill_read_mib, 0.0, "resident reads no experts");
+        }
+        assert!(
+            streamed[0].prefill_read_mib > 0.0,
+            "{extra:?}: the first decide streams its experts"
+        );
+        assert!(streamed[1].n_reused > 0);
+    }
+    assert_same_scores(&resident[1], &resident[2]);
 }
