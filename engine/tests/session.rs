@@ -24,6 +24,37 @@ const LINE_TIMEOUT: Duration = Duration::from_secs(120);
 struct Models {
     dir: tempfile::TempDir,
     tiny: PathBuf,
+    /// The tiny model with a harmony-style (channel) chat template.
+    channels: PathBuf,
+    /// The tiny model with a template that owns a `<think>` span and ignores `enable_thinking`.
+    owns_span: PathBuf,
+}
+
+/// A channel-style template: reasoning is an `analysis` section, `enable_thinking` is ignored.
+const CHANNELS_TEMPLATE: &str = "{% for m in messages %}{% if m.role == 'assistant' %}{% if m.thinking %}<|a|>analysis<|m|>{{ m.thinking }}<|e|>{% endif %}<|a|>final<|m|>{{ m.content }}<|e|>{% else %}<|{{ m.role }}|>{{ m.content }}<|e|>{% endif %}{% endfor %}{% if add_generation_prompt %}<|a|>{% endif %}";
+
+/// An LFM2.5-style template: a `<think>` span of its own, `enable_thinking` ignored.
+const OWNS_SPAN_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and m.reasoning_content is defined %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// A copy of `model` whose chat template is `template`, padded with a Jinja comment to the
+/// length of the synthetic one so every offset in the file stays where it was.
+fn with_template(model: &std::path::Path, template: &str, out: &std::path::Path) -> PathBuf {
+    let bytes = std::fs::read(model).unwrap();
+    let old = CHAT_TEMPLATE.as_bytes();
+    let at = bytes
+        .windows(old.len())
+        .position(|w| w == old)
+        .expect("the synthetic template is in the file");
+    let pad = old
+        .len()
+        .checked_sub(template.len() + 4)
+        .expect("template fits");
+    let new = format!("{template}{{#{}#}}", " ".repeat(pad));
+    assert_eq!(new.len(), old.len());
+    let mut patched = bytes;
+    patched[at..at + old.len()].copy_from_slice(new.as_bytes());
+    std::fs::write(out, patched).unwrap();
+    out.to_path_buf()
 }
 
 fn models() -> &'static Models {
@@ -36,8 +67,15 @@ fn models() -> &'static Models {
             &dir.path().join("tiny.gguf"),
         )
         .expect("synthesise model");
+        let tiny = s.paths[0].clone();
         Models {
-            tiny: s.paths[0].clone(),
+            channels: with_template(&tiny, CHANNELS_TEMPLATE, &dir.path().join("channels.gguf")),
+            owns_span: with_template(
+                &tiny,
+                OWNS_SPAN_TEMPLATE,
+                &dir.path().join("owns-span.gguf"),
+            ),
+            tiny,
             dir,
         }
     })
@@ -59,6 +97,10 @@ struct Session {
 
 impl Session {
     fn start(extra: &[&str]) -> Session {
+        Session::start_on(&models().tiny, extra)
+    }
+
+    fn start_on(model: &std::path::Path, extra: &[&str]) -> Session {
         let m = models();
         let stderr_path = m.dir.path().join(format!(
             "session-{}-{}.err",
@@ -70,7 +112,7 @@ impl Session {
         ));
         let mut child = cli()
             .arg("-m")
-            .arg(&m.tiny)
+            .arg(model)
             .args(["--session", "-t", "2", "-n", "8"])
             .args(if extra.contains(&"-c") {
                 &[][..]
@@ -623,4 +665,42 @@ fn output_paths_are_checked_before_the_model_loads() {
         assert!(!stderr.contains("expert streaming ON"), "{mode}: {stderr}");
         assert!(!stdout.contains("BMOE_READY"), "{mode}: {stdout}");
     }
+}
+
+#[test]
+fn think_ctl_is_decided_by_rendering_the_models_template() {
+    let m = models();
+    let ready = |model: &std::path::Path, extra: &[&str]| {
+        let mut s = Session::start_on(model, extra);
+        let r = s.ready();
+        (s, r)
+    };
+    // the synthetic ChatML template reads enable_thinking
+    let (s, r) = ready(&m.tiny, &["--chatml"]);
+    assert_eq!(r.think_ctl.as_str(), "template");
+    s.end();
+    // without --chatml no template is used: the flag is all there is
+    let (s, r) = ready(&m.owns_span, &[]);
+    assert_eq!(r.think_ctl.as_str(), "template");
+    s.end();
+    // a model that owns its think span and ignores the flag cannot be asked not to reason
+    let (s, r) = ready(&m.owns_span, &["--chatml"]);
+    assert_eq!(r.think_ctl.as_str(), "none");
+    s.end();
+    // a channel format: think:false starts the turn past an empty, closed analysis section
+    let (mut s, r) = ready(&m.channels, &["--chatml"]);
+    assert_eq!(r.think_ctl.as_str(), "prefill");
+    s.send(r#"{"cmd":"generate","id":1,"prompt":"hi","n_predict":2,"think":true}"#);
+    let on = s.done(1);
+    s.send(r#"{"cmd":"generate","id":2,"prompt":"hi","n_predict":2,"think":false}"#);
+    let off = s.done(2);
+    // <|user|>hi<|e|><|a|> against <|user|>hi<|e|><|a|>analysis<|m|>\n\n<|e|><|a|>final<|m|>:
+    // 35 more bytes, a token per byte but for the vocabulary's few merges
+    let grew = off.n_prompt - on.n_prompt;
+    assert!(
+        (30..=35).contains(&grew),
+        "the prefilled section: {grew} tokens"
+    );
+    let (status, _, _) = s.end();
+    assert!(status.success());
 }
