@@ -21,7 +21,7 @@
 //! a cleared cache at the end (also after a cancel or a rejected prefill), so a following
 //! `generate` continues exactly as if no decide had run.
 
-use crate::chat::ChatTemplate;
+use crate::chat::{ChatTemplate, Message, ThinkCtl};
 use crate::ffi::{Context, DecodeError, Model, SeqState, Token};
 use crate::hook::MoeHook;
 use crate::stream::{StreamStats, Streamer};
@@ -204,19 +204,23 @@ pub struct DecidePrompt {
     pub prefix_len: usize,
 }
 
-/// Renders `prefix + suffix` as one user message with `template` (reasoning off), or as raw text
-/// without a template. The prefix part is what renders identically with and without `suffix`.
+/// Renders `prefix + suffix` as one user message with `template` with reasoning off — the way
+/// `think_ctl` says a `think=false` turn is honoured (a `prefill` template starts the turn past
+/// an empty reasoning section) — or as raw text without a template. The prefix part is what
+/// renders identically with and without `suffix`.
 ///
 /// # Errors
 /// [`DecideError::Template`] when the template fails.
 pub fn render_prompt(
     template: Option<&ChatTemplate>,
+    think_ctl: ThinkCtl,
     prefix: &str,
     suffix: &str,
 ) -> Result<DecidePrompt, DecideError> {
     let render = |user: &str| match template {
         Some(t) => t
-            .render(user, false)
+            .render_turn(&[Message::user(user)], false, think_ctl)
+            .map(|turn| turn.text)
             .map_err(|e| DecideError::Template(e.to_string())),
         None => Ok(user.to_string()),
     };
@@ -414,6 +418,7 @@ fn score(
 }
 
 /// Answers one decide request on `ctx` (see the module docs), keeping `kept` between calls.
+/// `think_ctl` is the template's (`ChatTemplate::think_ctl`): how reasoning is turned off.
 ///
 /// Returns the complete `BMOE_DECIDE` record; `cancelled:true` (with no scores and `best` −1)
 /// when the context's abort flag stopped the prefill. The abort flag is not cleared here: the
@@ -427,12 +432,13 @@ fn score(
 pub fn decide(
     ctx: &mut Context<'_, MoeHook>,
     template: Option<&ChatTemplate>,
+    think_ctl: ThinkCtl,
     req: &DecideRequest,
     kept: &mut PrefixState,
 ) -> Result<Decide, DecideError> {
     let model = ctx.model();
     let firsts = first_tokens(model, &req.choices)?;
-    let prompt = render_prompt(template, &req.prefix, &req.suffix)?;
+    let prompt = render_prompt(template, think_ctl, &req.prefix, &req.suffix)?;
     let tokenize = |text: &str| {
         model
             .tokenize(text)
@@ -540,7 +546,7 @@ mod tests {
 
     #[test]
     fn prefix_part_is_what_the_suffix_does_not_change() {
-        let p = render_prompt(None, "Document: abc. ", "Question?").unwrap();
+        let p = render_prompt(None, ThinkCtl::Template, "Document: abc. ", "Question?").unwrap();
         assert_eq!(p.text, "Document: abc. Question?");
         assert_eq!(&p.text[..p.prefix_len], "Document: abc. ");
         let t = ChatTemplate::new(
@@ -549,16 +555,38 @@ mod tests {
             "<|endoftext|>",
         )
         .unwrap();
-        let p = render_prompt(Some(&t), "Doc. ", "Is it?").unwrap();
+        let p = render_prompt(Some(&t), ThinkCtl::Template, "Doc. ", "Is it?").unwrap();
         assert_eq!(
             p.text,
             "<|im_start|>user\nDoc. Is it?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
         );
         assert_eq!(&p.text[..p.prefix_len], "<|im_start|>user\nDoc. ");
-        // a multi-byte character straddling the split is not cut
-        let p = render_prompt(None, "é", "è").unwrap();
-        assert!(p.text.is_char_boundary(p.prefix_len));
-        assert_eq!(p.prefix_len, 0);
+        // the template's tail and the suffix share a first byte (è = c3 a8, é = c3 a9): the
+        // split backs off to the character boundary instead of cutting é
+        let tail = ChatTemplate::new("{{ messages[0].content }}è", "", "").unwrap();
+        let p = render_prompt(Some(&tail), ThinkCtl::Template, "a", "é").unwrap();
+        assert_eq!(p.text, "aéè");
+        assert_eq!(p.prefix_len, 1);
+    }
+
+    #[test]
+    fn a_prefill_template_starts_the_answer_past_the_reasoning() {
+        // harmony-style: reasoning is a channel the template cannot switch off by a flag
+        let harmony = "{%- for message in messages -%}\
+{%- if message.role == 'assistant' -%}\
+{%- if message.thinking -%}<|start|>assistant<|channel|>analysis<|message|>{{ message.thinking }}<|end|>{%- endif -%}\
+<|start|>assistant<|channel|>final<|message|>{{ message.content }}<|return|>\
+{%- else -%}<|start|>{{ message.role }}<|message|>{{ message.content }}<|end|>{%- endif -%}\
+{%- endfor -%}{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}";
+        let t = ChatTemplate::new(harmony, "", "").unwrap();
+        assert_eq!(t.think_ctl(), ThinkCtl::Prefill);
+        let p = render_prompt(Some(&t), t.think_ctl(), "Doc. ", "Q?").unwrap();
+        assert!(
+            p.text.ends_with("<|channel|>final<|message|>"),
+            "the choice is scored as the final answer's first token: {:?}",
+            p.text
+        );
+        assert_eq!(&p.text[..p.prefix_len], "<|start|>user<|message|>Doc. ");
     }
 
     #[test]

@@ -478,8 +478,9 @@ fn run_decide(
             ..Default::default()
         })
     } else {
+        let think_ctl = engine.think_ctl();
         let (ctx, template) = engine.ctx_and_template();
-        decide(ctx, template, d, prefix)
+        decide(ctx, template, think_ctl, d, prefix)
     };
     match rec {
         Ok(rec) => {

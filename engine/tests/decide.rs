@@ -4,7 +4,7 @@
 //! library, and through `bmoe-cli --session --decide` over real pipes (a chat continued after
 //! decides answers as without them; streamed experts score exactly as resident ones).
 
-use bmoe_engine::chat::ChatTemplate;
+use bmoe_engine::chat::{ChatTemplate, ThinkCtl};
 use bmoe_engine::decide::{DecideError, PrefixState, decide};
 use bmoe_engine::ffi::{Context, ContextOptions, Model, ModelOptions, Token};
 use bmoe_engine::hook::MoeHook;
@@ -125,7 +125,7 @@ fn log_probs_match_a_plain_prefill_and_best_is_the_argmax() {
     let mut ctx = context(&model, 512, abort);
     let mut kept = PrefixState::new();
     let req = request(7, DOC, "Which letter?", CHOICES, true);
-    let d = decide(&mut ctx, Some(&t), &req, &mut kept).expect("decide");
+    let d = decide(&mut ctx, Some(&t), t.think_ctl(), &req, &mut kept).expect("decide");
 
     // the same prompt, rendered, tokenized and prefilled by hand: split where the engine
     // splits (end of the prefix, which it keeps), and in one piece
@@ -188,6 +188,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
     let first = decide(
         &mut ctx,
         Some(&t),
+        t.think_ctl(),
         &request(1, DOC, "Q1?", CHOICES, true),
         &mut kept,
     )
@@ -201,6 +202,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
     let reused = decide(
         &mut ctx,
         Some(&t),
+        t.think_ctl(),
         &request(2, DOC, "And the second question?", CHOICES, true),
         &mut kept,
     )
@@ -213,6 +215,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
     let fresh = decide(
         &mut ctx,
         Some(&t),
+        t.think_ctl(),
         &request(3, DOC, "And the second question?", CHOICES, false),
         &mut kept,
     )
@@ -235,6 +238,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
     let partial = decide(
         &mut ctx,
         Some(&t),
+        t.think_ctl(),
         &request(4, other, "Q?", CHOICES, true),
         &mut kept,
     )
@@ -244,6 +248,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
     let cold = decide(
         &mut ctx,
         Some(&t),
+        t.think_ctl(),
         &request(5, other, "Q?", CHOICES, false),
         &mut kept,
     )
@@ -254,6 +259,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
     let unrelated = decide(
         &mut ctx,
         Some(&t),
+        t.think_ctl(),
         &request(6, "Something else entirely. ", "Q?", CHOICES, true),
         &mut kept,
     )
@@ -261,6 +267,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
     let cold = decide(
         &mut ctx,
         Some(&t),
+        t.think_ctl(),
         &request(7, "Something else entirely. ", "Q?", CHOICES, false),
         &mut kept,
     )
@@ -279,6 +286,7 @@ fn sliding_window_model_reuse_gives_the_same_scores() {
     decide(
         &mut ctx,
         None,
+        ThinkCtl::Template,
         &request(1, DOC, "Q1?", choices, true),
         &mut kept,
     )
@@ -286,6 +294,7 @@ fn sliding_window_model_reuse_gives_the_same_scores() {
     let whole = decide(
         &mut ctx,
         None,
+        ThinkCtl::Template,
         &request(2, DOC, "Q2?", choices, true),
         &mut kept,
     )
@@ -294,6 +303,7 @@ fn sliding_window_model_reuse_gives_the_same_scores() {
     let cold = decide(
         &mut ctx,
         None,
+        ThinkCtl::Template,
         &request(3, DOC, "Q2?", choices, false),
         &mut kept,
     )
@@ -303,6 +313,7 @@ fn sliding_window_model_reuse_gives_the_same_scores() {
     let partial = decide(
         &mut ctx,
         None,
+        ThinkCtl::Template,
         &request(4, part, "Q?", choices, true),
         &mut kept,
     )
@@ -310,6 +321,7 @@ fn sliding_window_model_reuse_gives_the_same_scores() {
     let cold = decide(
         &mut ctx,
         None,
+        ThinkCtl::Template,
         &request(5, part, "Q?", choices, false),
         &mut kept,
     )
@@ -339,7 +351,7 @@ fn a_conversation_in_the_kv_survives_a_decide() {
     let mut kept = PrefixState::new();
     for (i, reuse) in [true, true, false].into_iter().enumerate() {
         let req = request(i as i64, DOC, "Which?", CHOICES, reuse);
-        decide(&mut ctx, Some(&t), &req, &mut kept).expect("decide");
+        decide(&mut ctx, Some(&t), t.think_ctl(), &req, &mut kept).expect("decide");
         assert_eq!(ctx.seq_len(0), history.len(), "the conversation is back");
     }
     ctx.decode(&mut [prompt[last]]).unwrap();
@@ -360,6 +372,7 @@ fn request_errors_are_rejected_before_touching_the_kv() {
         let e = decide(
             &mut ctx,
             Some(&t),
+            t.think_ctl(),
             &request(1, prefix, "", choices, true),
             &mut kept,
         )
@@ -400,6 +413,7 @@ fn special_token_texts_in_a_choice_are_plain_text() {
     let e = decide(
         &mut ctx,
         None,
+        ThinkCtl::Template,
         &request(1, DOC, "", &["<|im_end|>", "<b>"], true),
         &mut kept,
     )
@@ -420,6 +434,7 @@ fn cancel_stops_the_decide_and_keeps_the_conversation() {
     let d = decide(
         &mut ctx,
         Some(&t),
+        t.think_ctl(),
         &request(9, DOC, "Q?", CHOICES, true),
         &mut kept,
     )
@@ -434,6 +449,7 @@ fn cancel_stops_the_decide_and_keeps_the_conversation() {
     let after = decide(
         &mut ctx,
         Some(&t),
+        t.think_ctl(),
         &request(10, DOC, "Q?", CHOICES, true),
         &mut kept,
     )
