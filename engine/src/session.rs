@@ -641,6 +641,18 @@ mod tests {
     }
 
     #[test]
+    fn cancel_and_close_may_carry_extra_keys() {
+        let (_, upto, abort) = read_all(
+            "{\"cmd\":\"generate\",\"id\":1,\"prompt\":\"a\"}\n{\"cmd\":\"cancel\",\"id\":1}\n",
+        );
+        assert!(abort && upto == 1);
+        let (items, _, _) = read_all(
+            "{\"cmd\":\"close\",\"id\":4}\n{\"cmd\":\"generate\",\"id\":1,\"prompt\":\"a\"}\n",
+        );
+        assert!(matches!(items.as_slice(), [Inbound::Close]), "{items:?}");
+    }
+
+    #[test]
     fn common_prefix_counts_equal_leading_tokens() {
         assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 4, 5]), 2);
         assert_eq!(common_prefix(&[], &[1]), 0);
