@@ -26,7 +26,7 @@ use crate::ffi::{Context, DecodeError, Model, SeqState, Token};
 use crate::hook::MoeHook;
 use crate::stream::{StreamStats, Streamer};
 use crate::vm::process_sample;
-use bmoe_telemetry::protocol::{Decide, DecideRequest};
+use bmoe_telemetry::protocol::{Decide, DecideRequest, round_to};
 use std::time::Instant;
 
 /// The KV sequence every single-sequence decode (`llama_batch_get_one`) uses.
@@ -484,23 +484,26 @@ pub fn decide(
     }
     let work = outcome?;
 
+    // times to the microsecond and sizes to the KiB: readable lines, no false precision; the
+    // scores keep every digit (they are compared across runs)
+    let (s, mib) = (|x: f64| round_to(x, 6), |x: f64| round_to(x, 3));
     let mut d = Decide {
         id: req.id,
         cancelled: work.cancelled,
         n_tokens: tokens.len() as u64,
         n_reused: work.n_reused as u64,
         n_prefilled: (tokens.len() - work.n_reused) as u64,
-        restore_s: work.restore_s,
-        store_s: work.store_s,
-        prefill_s: meter.prefill_s,
-        prefill_cpu_s: meter.cpu_ns as f64 / 1e9,
-        prefix_state_mib: kept.size_bytes() as f64 / MIB,
+        restore_s: s(work.restore_s),
+        store_s: s(work.store_s),
+        prefill_s: s(meter.prefill_s),
+        prefill_cpu_s: s(meter.cpu_ns as f64 / 1e9),
+        prefix_state_mib: mib(kept.size_bytes() as f64 / MIB),
         ..Decide::default()
     };
     if let (Some(a), Some(b)) = (stats0, stats1) {
-        d.prefill_read_mib = b.read_bytes.saturating_sub(a.read_bytes) as f64 / MIB;
-        d.prefill_io_s = b.io_ns.saturating_sub(a.io_ns) as f64 / 1e9;
-        d.prefill_mgmt_s = b.mgmt_ns.saturating_sub(a.mgmt_ns) as f64 / 1e9;
+        d.prefill_read_mib = mib(b.read_bytes.saturating_sub(a.read_bytes) as f64 / MIB);
+        d.prefill_io_s = s(b.io_ns.saturating_sub(a.io_ns) as f64 / 1e9);
+        d.prefill_mgmt_s = s(b.mgmt_ns.saturating_sub(a.mgmt_ns) as f64 / 1e9);
     }
     if work.cancelled {
         d.best = -1;
