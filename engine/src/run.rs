@@ -805,6 +805,14 @@ impl<'m> Engine<'m> {
         Arc::clone(&self.abort)
     }
 
+    /// Starts sampling afresh (a new chat): the sampler is reseeded, so a new chat with a seed
+    /// samples exactly as a one-shot run with that seed. No-op when greedy.
+    pub fn reset_sampler(&mut self) {
+        if let Some(s) = self.sampler.as_mut() {
+            s.reset();
+        }
+    }
+
     /// Lowers the abort flag (a cancel that arrived after its turn ended must not stop the next).
     pub fn clear_abort(&self) {
         self.abort.store(false, Ordering::SeqCst);

@@ -410,6 +410,7 @@ fn generate(
     if g.clear_kv() {
         conv.history.clear();
         conv.raw.clear();
+        engine.reset_sampler();
     }
     let turn = Turn {
         turn: conv.turns,

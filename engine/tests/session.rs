@@ -704,3 +704,37 @@ fn think_ctl_is_decided_by_rendering_the_models_template() {
     let (status, _, _) = s.end();
     assert!(status.success());
 }
+
+#[test]
+fn a_new_chat_reseeds_the_sampler() {
+    let args = ["--temp", "0.9", "--seed", "42", "--dump-logits-hash"];
+    let mut s = Session::start(&[&["--chatml"][..], &args[..]].concat());
+    s.ready();
+    let prompt = "Sample something";
+    for id in 1..=2 {
+        s.send(&generate(id, prompt, 12, true));
+        s.done(id);
+    }
+    let (status, _, stderr) = s.end();
+    assert!(status.success());
+    let blocks = hash_blocks(&stderr);
+    assert_eq!(blocks.len(), 2);
+    assert_eq!(
+        blocks[0], blocks[1],
+        "two new chats with one seed sample the same tokens"
+    );
+    // and exactly what a one-shot run with that seed samples
+    let rendered = template().render(prompt, true).unwrap();
+    let out = cli()
+        .arg("-m")
+        .arg(&models().tiny)
+        .args(["-p", &rendered, "-n", "12", "-t", "2", "-c", "512"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        hash_blocks(&String::from_utf8_lossy(&out.stderr))[0],
+        blocks[0]
+    );
+}

@@ -411,6 +411,13 @@ impl Sampler {
             }
         }
     }
+
+    /// Puts the chain back in its initial state: the distribution sampler is reseeded with the
+    /// seed it was created with, so a new chat samples as a fresh run would.
+    pub fn reset(&mut self) {
+        // SAFETY: the chain pointer is live (owned by self); reset touches only its own state.
+        unsafe { ll::llama_sampler_reset(self.raw.as_ptr()) }
+    }
 }
 
 impl Drop for Sampler {
