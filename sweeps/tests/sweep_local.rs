@@ -531,7 +531,7 @@ name = "s"
 }
 
 #[test]
-fn session_cells_feed_requests_on_stdin() {
+fn session_cells_are_driven_one_turn_at_a_time() {
     let t = tempfile::tempdir().expect("tmp");
     fake_engine(t.path(), 0.0);
     write(
@@ -552,10 +552,19 @@ preset = "tiny"
 name = "q"
 prompt = "ignored in session mode"
 session = { prompts = "prompts.txt", n_predict = 3 }
+
+[[sweep]]
+name = "chat"
+session = { prompts = ["Hello", "FAIL this one", "And again"], clear_kv = false, n_predict = 2 }
+
+[[sweep]]
+name = "dies"
+session = { prompts = ["Hello", "DIE now", "never sent"] }
 "#,
     );
     let o = run(t.path(), &["sweep", "session.toml", "-o", "res"]);
-    assert!(o.status.success(), "{}", text(&o));
+    // the `dies` run fails, the others do not
+    assert!(!o.status.success(), "{}", text(&o));
     let stdout =
         std::fs::read_to_string(t.path().join("res/q/tiny/r1/stdout.txt")).expect("stdout");
     assert!(
@@ -563,11 +572,8 @@ session = { prompts = "prompts.txt", n_predict = 3 }
         "{stdout}"
     );
     let reqs: Vec<serde_json::Value> = stdout
-        .split_once("stdin:\n")
-        .expect("stdin echoed")
-        .1
         .lines()
-        .take_while(|l| l.starts_with('{'))
+        .filter_map(|l| l.strip_prefix("req: "))
         .map(|l| serde_json::from_str(l).expect("request"))
         .collect();
     assert_eq!(reqs.len(), 2, "{stdout}");
@@ -576,5 +582,123 @@ session = { prompts = "prompts.txt", n_predict = 3 }
     assert_eq!(reqs[1]["prompt"], "Name the capital of Australia.");
     assert_eq!(reqs[1]["n_predict"], 3);
     assert_eq!(reqs[1]["clear_kv"], true);
-    assert_eq!(records(&t.path().join("res"))[0]["session"], true);
+    // stdout.txt keeps the engine's whole output, answers included, in order
+    let done1 = stdout.find("BMOE_DONE {\"id\":1").expect("DONE 1");
+    let req2 = stdout
+        .find("req: {\"cmd\":\"generate\",\"id\":2")
+        .expect("req 2");
+    assert!(done1 < req2, "{stdout}");
+
+    let recs = records(&t.path().join("res"));
+    let by = |sweep: &str| {
+        recs.iter()
+            .find(|r| r["sweep"] == sweep)
+            .unwrap_or_else(|| panic!("no {sweep} record"))
+    };
+    let q = by("q");
+    assert_eq!(q["session"], true);
+    assert_eq!(q["status"], "ok", "{q}");
+    let turns = q["turns"].as_array().expect("turns");
+    assert_eq!(turns.len(), 2, "{q}");
+    for (i, tr) in turns.iter().enumerate() {
+        let k = i as u64 + 1;
+        assert_eq!(tr["turn"], k);
+        assert_eq!(tr["id"], k);
+        assert_eq!(tr["status"], "done");
+        assert_eq!(tr["tokens"], 3);
+        assert_eq!(tr["n_prompt"], 10 * k);
+        assert_eq!(tr["n_past"], 20 * k);
+        assert!(tr["wall_s"].as_f64().is_some_and(|w| w > 0.0), "{tr}");
+    }
+    // 2 turns x 3 tokens in the CSV
+    assert_eq!(q["tokens"], 6, "{q}");
+
+    // One conversation (clear_kv false) with a refused turn in the middle: the run is fine,
+    // the turn says what happened.
+    let chat = by("chat");
+    assert_eq!(chat["status"], "ok", "{chat}");
+    let turns = chat["turns"].as_array().expect("turns");
+    let states: Vec<&str> = turns
+        .iter()
+        .map(|t| t["status"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(states, ["done", "error", "done"], "{chat}");
+    assert_eq!(turns[1]["error"], "refused");
+    assert!(turns.iter().all(|t| t["clear_kv"] == false), "{chat}");
+
+    // An engine that exits mid-session fails the run and names the turn left unanswered.
+    let dies = by("dies");
+    assert_eq!(dies["status"], "failed", "{dies}");
+    let err = dies["error"].as_str().expect("error");
+    assert!(err.contains("exit status 3"), "{err}");
+    let turns = dies["turns"].as_array().expect("turns");
+    let states: Vec<&str> = turns
+        .iter()
+        .map(|t| t["status"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(states, ["done", "missing", "missing"], "{dies}");
+
+    // The report gives each turn its own row: turn k's rows have wall 100k + step ms.
+    let o = run(t.path(), &["report", "res"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let md = String::from_utf8_lossy(&o.stdout);
+    let t1 = 3.0 / 0.306;
+    let t2 = 3.0 / 0.606;
+    assert!(md.contains("Per turn (session cells):"), "{md}");
+    assert!(
+        md.contains(&format!("| tiny | 1 | 1 | {t1:.3} | — | 0.500 | 10 | 20 |")),
+        "{md}"
+    );
+    assert!(
+        md.contains(&format!("| tiny | 2 | 1 | {t2:.3} | — | 0.500 | 20 | 40 |")),
+        "{md}"
+    );
+    let o = run(t.path(), &["report", "res", "-f", "csv"]);
+    let csv = String::from_utf8_lossy(&o.stdout);
+    let header: Vec<&str> = csv.lines().next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let q_rows: Vec<Vec<&str>> = csv
+        .lines()
+        .filter(|l| l.starts_with("q,"))
+        .map(|l| l.split(',').collect())
+        .collect();
+    let turns: Vec<&str> = q_rows.iter().map(|r| r[col("turn")]).collect();
+    assert_eq!(turns, ["", "1", "2"], "{csv}");
+    let avg: f64 = q_rows[2][col("avg_ts")].parse().expect("avg_ts");
+    assert!((avg - t2).abs() < 1e-9, "{csv}");
+    assert_eq!(q_rows[2][col("n_prompt")], "20");
+}
+
+#[test]
+fn a_session_jsonl_with_a_bad_line_is_refused_before_any_run() {
+    let t = tempfile::tempdir().expect("tmp");
+    fake_engine(t.path(), 0.0);
+    write(
+        t.path(),
+        "reqs.jsonl",
+        "{\"cmd\":\"generate\",\"id\":1,\"prompt\":\"hi\"}\n{\"cmd\":\"generate\",\"prompt\":\"no id\"}\n",
+    );
+    write(
+        t.path(),
+        "bad.toml",
+        r#"name = "bad"
+binary = "./fake-cli"
+[[model]]
+id = "tiny"
+preset = "tiny"
+[[sweep]]
+name = "s"
+session = { prompts = "reqs.jsonl" }
+"#,
+    );
+    let o = run(t.path(), &["sweep", "bad.toml", "-o", "res"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.toml:8:"), "{err}");
+    assert!(
+        err.contains("reqs.jsonl:2: invalid request: missing field `id`"),
+        "{err}"
+    );
+    assert!(err.contains("hint: one request per line"), "{err}");
+    assert_eq!(calls(t.path()), 0, "nothing ran");
 }

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::sweep::Hinted;
 use crate::sweep::results::{RunRecord, read_records};
+use crate::sweep::session::TurnRecord;
 use stats::{Boot, CellStats, Ratio, RunStats};
 
 /// Output formats.
@@ -85,9 +86,73 @@ pub struct CellRow {
     pub excluded: Vec<String>,
     /// Engine version from the CSV preamble.
     pub engine: Option<String>,
+    /// Session cells: one row per turn (the k-th turn of every run aggregated), when the runs
+    /// have several turns.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnRow>,
     /// The runs aggregated.
     #[serde(skip)]
     pub used: Vec<RunStats>,
+    /// Their records' session turns (answered `generate` requests, in order), per run.
+    #[serde(skip)]
+    pub used_turns: Vec<Vec<TurnRecord>>,
+}
+
+/// The k-th turn of a session cell, over its runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnRow {
+    /// 1-based position of the turn in every run.
+    pub turn: usize,
+    /// The CSV's `turn` value of the first run (the engine's own numbering).
+    pub csv_turn: u64,
+    /// Aggregate over the runs that have this turn (decode figures from the CSV rows).
+    #[serde(flatten)]
+    pub stats: CellStats,
+    /// Mean prefill time of the turn, s (`BMOE_DONE.prefill_s`).
+    pub prefill_s: Option<f64>,
+    /// Mean tokens prefilled (the suffix after a reused KV prefix).
+    pub n_prompt: Option<f64>,
+    /// Mean context length after the turn.
+    pub n_past: Option<f64>,
+    /// Mean request-to-answer wall time, s (prefill and decode as a user waits for them).
+    pub wall_s: Option<f64>,
+}
+
+/// Per-turn rows of a cell: the k-th turn of each run's CSV with the k-th answered request.
+fn turn_rows(runs: &[RunStats], recs: &[Vec<TurnRecord>], boot: Boot) -> Vec<TurnRow> {
+    let n = runs.iter().map(|r| r.turns.len()).max().unwrap_or(0);
+    let mean_of = |xs: Vec<f64>| (!xs.is_empty()).then(|| bmoe_stats::mean(&xs));
+    (0..n)
+        .map(|k| {
+            let per_run: Vec<&RunStats> = runs
+                .iter()
+                .filter_map(|r| r.turns.get(k).map(|t| &t.stats))
+                .collect();
+            let answered: Vec<&TurnRecord> = recs.iter().filter_map(|t| t.get(k)).collect();
+            TurnRow {
+                turn: k + 1,
+                csv_turn: runs
+                    .iter()
+                    .find_map(|r| r.turns.get(k).map(|t| t.turn))
+                    .unwrap_or(0),
+                stats: stats::aggregate(&per_run, boot),
+                prefill_s: mean_of(answered.iter().filter_map(|t| t.prefill_s).collect()),
+                n_prompt: mean_of(
+                    answered
+                        .iter()
+                        .filter_map(|t| t.n_prompt.map(|v| v as f64))
+                        .collect(),
+                ),
+                n_past: mean_of(
+                    answered
+                        .iter()
+                        .filter_map(|t| t.n_past.map(|v| v as f64))
+                        .collect(),
+                ),
+                wall_s: mean_of(answered.iter().map(|t| t.wall_s).collect()),
+            }
+        })
+        .collect()
 }
 
 /// `f` over `items` on every available core, results in order.
@@ -183,6 +248,7 @@ pub fn build(
     for ((sweep, cell), idx) in &cells {
         let first = &records[idx[0]];
         let mut used: Vec<&RunStats> = Vec::new();
+        let mut used_turns: Vec<Vec<TurnRecord>> = Vec::new();
         let mut excluded = Vec::new();
         for &i in idx {
             let r = &records[i];
@@ -199,7 +265,20 @@ pub fn build(
                     }
                     Some(s) => match &s.flag {
                         Some(f) => excluded.push(format!("{name}: {f}")),
-                        None => used.push(s),
+                        None => {
+                            used.push(s);
+                            // The turns that produced tokens, matching the CSV's turns.
+                            used_turns.push(
+                                r.turns
+                                    .iter()
+                                    .filter(|t| {
+                                        t.cmd == "generate"
+                                            && matches!(t.status.as_str(), "done" | "cancelled")
+                                    })
+                                    .cloned()
+                                    .collect(),
+                            );
+                        }
                     },
                 }
             }
@@ -212,6 +291,8 @@ pub fn build(
             axes: first.axes.clone(),
             stats: stats::CellStats::default(),
             used: used.iter().map(|u| (*u).clone()).collect(),
+            used_turns,
+            turns: Vec::new(),
             vs_baseline: None,
             excluded,
             engine: idx
@@ -225,6 +306,7 @@ pub fn build(
     });
     for (r, a) in rows.iter_mut().zip(aggregates) {
         r.stats = a;
+        r.turns = turn_rows(&r.used, &r.used_turns, boot);
     }
     // Baseline ratios within each (sweep, model).
     if let Some(b) = &baseline {

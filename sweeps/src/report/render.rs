@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use indexmap::IndexMap;
 
-use super::{CellRow, Report};
+use super::{CellRow, Report, TurnRow};
 
 /// Three significant-ish digits for a rate or a time.
 pub fn num(x: f64) -> String {
@@ -51,6 +51,49 @@ fn across_runs(st: &super::stats::CellStats, notes: &mut Vec<String>, cell: &str
     }
 }
 
+/// Session cells: one table row per turn (decode figures from the CSV rows of that turn,
+/// prefill and context from the engine's `BMOE_DONE`).
+fn turn_table(s: &mut String, rows: &[&CellRow], notes: &mut Vec<String>) {
+    if rows.iter().all(|r| r.turns.is_empty()) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "Per turn (session cells):\n\n| cell | turn | runs | tok/s (mean ± sd) | 95% CI across runs | prefill s | n_prompt | n_past | request→answer s | flash MiB/tok | hit % |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+    );
+    let opt = |x: Option<f64>, f: fn(f64) -> String| x.map_or("—".to_string(), f);
+    for r in rows {
+        for t in &r.turns {
+            let st = &t.stats;
+            let tps = match st.runs {
+                0 => "—".to_string(),
+                1 => num(st.tok_s),
+                _ => format!("{} ± {}", num(st.tok_s), num(st.tok_s_sd)),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.cell,
+                t.turn,
+                st.runs,
+                tps,
+                across_runs(st, notes, &format!("{} turn {}", r.cell, t.turn)),
+                opt(t.prefill_s, |v| format!("{v:.3}")),
+                opt(t.n_prompt, |v| format!("{v:.0}")),
+                opt(t.n_past, |v| format!("{v:.0}")),
+                opt(t.wall_s, |v| format!("{v:.3}")),
+                if st.runs == 0 {
+                    "—".into()
+                } else {
+                    num(st.flash_mib_tok)
+                },
+                st.hit_pct.map_or("—".into(), |h| format!("{h:.1}")),
+            );
+        }
+    }
+    s.push('\n');
+}
+
 fn groups(report: &Report) -> IndexMap<(String, String, String), Vec<&CellRow>> {
     let mut g: IndexMap<(String, String, String), Vec<&CellRow>> = IndexMap::new();
     for r in &report.rows {
@@ -82,7 +125,7 @@ pub fn markdown(report: &Report) -> String {
         let _ = writeln!(s, "{head}\n{rule}");
         let mut excluded = Vec::new();
         let mut notes: Vec<String> = Vec::new();
-        for r in rows {
+        for r in &rows {
             let st = &r.stats;
             let tps = if st.runs == 0 {
                 "—".to_string()
@@ -157,6 +200,7 @@ pub fn markdown(report: &Report) -> String {
             }
         }
         s.push('\n');
+        turn_table(&mut s, &rows, &mut notes);
         for (i, n) in notes.iter().enumerate() {
             let _ = writeln!(s, "{} {n}.", sup(i + 1));
         }
@@ -212,13 +256,24 @@ fn opt(x: Option<f64>) -> String {
 /// One CSV row per cell.
 pub fn csv(report: &Report) -> String {
     let mut s = String::from(
-        "sweep,model,device,cell,axes,runs,avg_ts,stddev_ts,ci_reps_lo,ci_reps_hi,ci_tokens_lo,ci_tokens_hi,flash_mib_tok,hit_pct,compute_s_tok,io_s_tok,stall_s_tok,mgmt_s_tok,tokens,ratio,ratio_lo,ratio_hi,ratio_method,excluded,engine,ci_reps_raw_lo,ci_reps_raw_hi,ci_reps_note,ratio_note\n",
+        "sweep,model,device,cell,axes,runs,avg_ts,stddev_ts,ci_reps_lo,ci_reps_hi,ci_tokens_lo,ci_tokens_hi,flash_mib_tok,hit_pct,compute_s_tok,io_s_tok,stall_s_tok,mgmt_s_tok,tokens,ratio,ratio_lo,ratio_hi,ratio_method,excluded,engine,ci_reps_raw_lo,ci_reps_raw_hi,ci_reps_note,ratio_note,turn,prefill_s,n_prompt,n_past,request_s\n",
     );
     for r in &report.rows {
-        let st = &r.stats;
+        csv_row(&mut s, r, &r.stats, None);
+        for t in &r.turns {
+            csv_row(&mut s, r, &t.stats, Some(t));
+        }
+    }
+    s
+}
+
+/// One CSV row: the whole cell (`turn` empty) or one of its turns (ratio columns empty).
+fn csv_row(s: &mut String, r: &CellRow, st: &super::stats::CellStats, turn: Option<&TurnRow>) {
+    {
         let axes: Vec<String> = r.axes.iter().map(|(k, v)| format!("{k}={v}")).collect();
         // An interval flagged as uninformative is not written where a result is expected.
-        let ratio_ci = r.vs_baseline.as_ref().filter(|x| x.note.is_none());
+        let ratio = r.vs_baseline.as_ref().filter(|_| turn.is_none());
+        let ratio_ci = ratio.filter(|x| x.note.is_none());
         let fields = [
             r.sweep.clone(),
             r.model.clone(),
@@ -239,30 +294,31 @@ pub fn csv(report: &Report) -> String {
             format!("{}", st.stall_s_tok),
             format!("{}", st.mgmt_s_tok),
             format!("{}", st.tokens),
-            opt(r.vs_baseline.as_ref().map(|x| x.ratio)),
+            opt(ratio.map(|x| x.ratio)),
             opt(ratio_ci.map(|x| x.low)),
             opt(ratio_ci.map(|x| x.high)),
-            r.vs_baseline
-                .as_ref()
-                .map_or(String::new(), |x| x.method.to_string()),
+            ratio.map_or(String::new(), |x| x.method.to_string()),
             r.excluded.len().to_string(),
             r.engine.clone().unwrap_or_default(),
             opt(st.reps_ci_raw.map(|c| c.0)),
             opt(st.reps_ci_raw.map(|c| c.1)),
             st.reps_ci_note.clone().unwrap_or_default(),
-            r.vs_baseline
-                .as_ref()
+            ratio
                 .and_then(|x| {
                     let why = x.note.as_ref()?;
                     Some(format!("{why}; bootstrap {}–{}", x.low, x.high))
                 })
                 .unwrap_or_default(),
+            turn.map_or(String::new(), |t| t.turn.to_string()),
+            opt(turn.and_then(|t| t.prefill_s)),
+            opt(turn.and_then(|t| t.n_prompt)),
+            opt(turn.and_then(|t| t.n_past)),
+            opt(turn.and_then(|t| t.wall_s)),
         ];
         let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
         s.push_str(&line.join(","));
         s.push('\n');
     }
-    s
 }
 
 /// A JSON array of cells.

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use bmoe_stats::{BootstrapCi, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, mean};
-use bmoe_telemetry::metrics::MetricsReader;
+use bmoe_telemetry::metrics::{MetricsReader, TokenRow};
 use serde::Serialize;
 
 /// Bootstrap settings.
@@ -51,6 +51,19 @@ pub struct RunStats {
     pub flag: Option<String>,
     /// Engine version from the preamble.
     pub engine: Option<String>,
+    /// Session runs: the figures of each turn (by the CSV's `turn` value), when there are
+    /// several.
+    #[serde(skip)]
+    pub turns: Vec<TurnStats>,
+}
+
+/// One turn of a session run.
+#[derive(Debug, Clone, Default)]
+pub struct TurnStats {
+    /// The CSV's `turn` value.
+    pub turn: u64,
+    /// Its figures (untrimmed).
+    pub stats: RunStats,
 }
 
 /// Reads one run's CSV.
@@ -69,22 +82,6 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunStats> {
         .summaries()
         .last()
         .and_then(|s| s.get_f64("cache_hit_pct"));
-    let trimmed = trim.min(rows.len());
-    let used = &rows[trimmed..];
-    let n = used.len();
-    let wall: Vec<f64> = used.iter().map(|x| x.wall_ms.unwrap_or(0.0)).collect();
-    let total_wall: f64 = wall.iter().sum();
-    let per = |f: fn(&bmoe_telemetry::metrics::TokenRow) -> Option<f64>| {
-        if n == 0 {
-            0.0
-        } else {
-            used.iter().map(|x| f(x).unwrap_or(0.0)).sum::<f64>() / n as f64 / 1000.0
-        }
-    };
-    let read: f64 = used.iter().map(|x| x.read_bytes.unwrap_or(0) as f64).sum();
-    let hit = trailer_hit
-        .or_else(|| rows.last().and_then(|x| x.cache_hit_pct))
-        .filter(|h| *h >= 0.0);
     let mut flags = Vec::new();
     if info.is_instrumented() {
         flags.push("instrumented (predict_log/prefetch_sync/compute_trace_layers)");
@@ -95,7 +92,51 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunStats> {
     if info.spec.as_deref().is_some_and(|s| s != "off") {
         flags.push("speculative (spec != off)");
     }
-    Ok(RunStats {
+    let flag = (!flags.is_empty()).then(|| flags.join(", "));
+    let mut stats = stats_of(&rows, trim, trailer_hit);
+    // A session CSV spans every turn (the `turn` column): each turn also gets its own figures,
+    // untrimmed, with the hit rate of its last row.
+    let mut turns: Vec<(u64, Vec<TokenRow>)> = Vec::new();
+    for row in &rows {
+        let t = row.turn.unwrap_or(0);
+        match turns.last_mut() {
+            Some((k, v)) if *k == t => v.push(*row),
+            _ => turns.push((t, vec![*row])),
+        }
+    }
+    if turns.len() > 1 {
+        stats.turns = turns
+            .iter()
+            .map(|(k, v)| TurnStats {
+                turn: *k,
+                stats: stats_of(v, 0, None),
+            })
+            .collect();
+    }
+    stats.flag = flag;
+    stats.engine = info.engine.clone();
+    Ok(stats)
+}
+
+/// The figures of a run (or of one turn of it) from its token rows, after trimming `trim`.
+fn stats_of(rows: &[TokenRow], trim: usize, trailer_hit: Option<f64>) -> RunStats {
+    let trimmed = trim.min(rows.len());
+    let used = &rows[trimmed..];
+    let n = used.len();
+    let wall: Vec<f64> = used.iter().map(|x| x.wall_ms.unwrap_or(0.0)).collect();
+    let total_wall: f64 = wall.iter().sum();
+    let per = |f: fn(&TokenRow) -> Option<f64>| {
+        if n == 0 {
+            0.0
+        } else {
+            used.iter().map(|x| f(x).unwrap_or(0.0)).sum::<f64>() / n as f64 / 1000.0
+        }
+    };
+    let read: f64 = used.iter().map(|x| x.read_bytes.unwrap_or(0) as f64).sum();
+    let hit = trailer_hit
+        .or_else(|| rows.last().and_then(|x| x.cache_hit_pct))
+        .filter(|h| *h >= 0.0);
+    RunStats {
         tokens: n,
         trimmed,
         tok_s: if total_wall > 0.0 {
@@ -114,9 +155,10 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunStats> {
         io_s_tok: per(|x| x.io_ms),
         stall_s_tok: per(|x| x.stall_ms),
         mgmt_s_tok: per(|x| x.mgmt_ms),
-        flag: (!flags.is_empty()).then(|| flags.join(", ")),
-        engine: info.engine.clone(),
-    })
+        flag: None,
+        engine: None,
+        turns: Vec::new(),
+    }
 }
 
 /// A tok/s interval from a bootstrap of mean ms/token (endpoints swap under 1000/x).

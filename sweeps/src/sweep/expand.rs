@@ -721,33 +721,76 @@ fn session_input(
     sd: &super::manifest::SessionDef,
     n_predict: Option<u32>,
 ) -> Res<String> {
-    let p = cx
-        .src
-        .path
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join(sd.prompts.get_ref());
-    let text = std::fs::read_to_string(&p).map_err(|e| {
-        cx.err(
-            sd.prompts.span(),
-            format!("cannot read session prompts {}: {e}", p.display()),
-        )
-    })?;
-    if p.extension().is_some_and(|e| e == "jsonl") {
-        return Ok(text);
-    }
-    // One prompt per non-empty line -> generate requests.
-    let mut out = String::new();
-    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
-        let mut req = serde_json::json!({"cmd": "generate", "id": i + 1, "prompt": line,
-            "clear_kv": sd.clear_kv.unwrap_or(true)});
-        if let Some(n) = sd.n_predict.or(n_predict) {
-            req["n_predict"] = n.into();
+    use super::manifest::Prompts;
+    use bmoe_telemetry::protocol::{GenerateRequest, Request};
+    let span = sd.prompts.span();
+    let generate = |i: usize, prompt: &str| {
+        Request::Generate(GenerateRequest {
+            id: i as i64 + 1,
+            prompt: prompt.to_string(),
+            n_predict: sd.n_predict.or(n_predict).map(u64::from),
+            think: None,
+            clear_kv: Some(sd.clear_kv.unwrap_or(true)),
+        })
+        .to_line()
+    };
+    let lines: Vec<String> = match sd.prompts.get_ref() {
+        Prompts::Turns(turns) => {
+            if turns.is_empty() {
+                return Err(cx.err_hint(
+                    span,
+                    "session `prompts` is an empty list",
+                    "give one prompt per turn: prompts = [\"first\", \"second\"]",
+                ));
+            }
+            turns
+                .iter()
+                .enumerate()
+                .map(|(i, p)| generate(i, p))
+                .collect()
         }
-        out.push_str(&req.to_string());
-        out.push('\n');
+        Prompts::File(file) => {
+            let p = cx.src.path.parent().unwrap_or(Path::new(".")).join(file);
+            let text = std::fs::read_to_string(&p).map_err(|e| {
+                cx.err(
+                    span.clone(),
+                    format!("cannot read session prompts {}: {e}", p.display()),
+                )
+            })?;
+            if p.extension().is_some_and(|e| e == "jsonl") {
+                // Checked here, so a typo fails the sweep before any run instead of every run.
+                let mut out = Vec::new();
+                for (no, line) in text.lines().enumerate() {
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    Request::parse(line).map_err(|e| {
+                        cx.err_hint(
+                            span.clone(),
+                            format!("{}:{}: {e}", p.display(), no + 1),
+                            "one request per line, e.g. {\"cmd\":\"generate\",\"id\":1,\"prompt\":\"hi\"}",
+                        )
+                    })?;
+                    out.push(line.trim().to_string());
+                }
+                out
+            } else {
+                text.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .enumerate()
+                    .map(|(i, l)| generate(i, l))
+                    .collect()
+            }
+        }
+    };
+    if lines.is_empty() {
+        return Err(cx.err_hint(
+            span,
+            "the session prompts file has no requests",
+            "put one prompt per line (or one JSON request per line in a .jsonl file)",
+        ));
     }
-    Ok(out)
+    Ok(lines.iter().map(|l| format!("{l}\n")).collect())
 }
 
 fn combos_for(

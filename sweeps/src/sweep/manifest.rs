@@ -339,16 +339,29 @@ pub struct CooldownDef {
     pub until: Option<Spanned<UntilDef>>,
 }
 
-/// `session = {...}`: session-mode cells (`--session`, JSONL requests on stdin).
+/// `session = {...}`: session-mode cells (`--session`, requests on stdin, one turn at a time).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionDef {
-    /// A JSONL request file, or a text file with one prompt per line.
-    pub prompts: Spanned<String>,
-    /// `clear_kv` for generated requests (default true).
+    /// The turns: a list of prompts, a JSONL request file, or a text file with one prompt per
+    /// line.
+    pub prompts: Spanned<Prompts>,
+    /// `clear_kv` for generated requests (default true: every turn a new chat; false: the turns
+    /// are one conversation).
     pub clear_kv: Option<bool>,
     /// `n_predict` for generated requests.
     pub n_predict: Option<u32>,
+}
+
+/// `prompts = ...` of a session: inline turns or a file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Prompts {
+    /// `prompts = ["first turn", "second turn"]`.
+    Turns(Vec<String>),
+    /// `prompts = "turns.txt"` (one prompt per non-empty line) or `"requests.jsonl"` (one
+    /// request per line, as the engine reads them), relative to the manifest.
+    File(String),
 }
 
 /// Settings a sweep inherits from `[defaults]` and may override.

@@ -11,6 +11,7 @@ pub mod manifest;
 pub mod progress;
 pub mod results;
 pub mod runner;
+pub mod session;
 pub mod state;
 
 use std::fmt;

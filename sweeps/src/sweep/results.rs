@@ -102,6 +102,9 @@ pub struct RunRecord {
     /// Decode tok/s over the CSV rows (tokens / Σ wall), for the progress line; the report
     /// recomputes everything from the CSV.
     pub tok_s: Option<f64>,
+    /// Session runs: one record per request, in the order sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<super::session::TurnRecord>,
     /// Run directory relative to the results root.
     pub dir: String,
 }

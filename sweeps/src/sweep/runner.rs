@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +18,7 @@ use super::device::{Device, run_command_line, shell_quote};
 use super::expand::{Cell, ModelSource, Plan, PlannedRun};
 use super::progress::Progress;
 use super::results::{ResultsDir, RunRecord, sha256_file, write_atomic};
+use super::session;
 use super::state::{DeviceState, PROBE};
 
 /// Runner options.
@@ -627,23 +628,28 @@ fn execute(
 
     rec.started_unix = now_unix();
     let started = Instant::now();
+    let session = cell.stdin.is_some();
     let mut child = Command::new(&argv[0])
         .args(&argv[1..])
-        .stdin(if cell.stdin.is_some() {
+        .stdin(if session {
             Stdio::piped()
         } else {
             Stdio::null()
         })
-        .stdout(stdout)
+        // A session's stdout is read as it comes (its answers pace the requests) and copied
+        // into stdout.txt by the driver.
+        .stdout(if session {
+            Stdio::piped()
+        } else {
+            Stdio::from(stdout.try_clone().map_err(|e| e.to_string())?)
+        })
         .stderr(stderr)
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
-    if let (Some(text), Some(mut stdin)) = (&cell.stdin, child.stdin.take()) {
-        let text = text.clone();
-        std::thread::spawn(move || {
-            let _ = stdin.write_all(text.as_bytes());
-        });
-    }
+    let driver = match (&cell.stdin, child.stdin.take(), child.stdout.take()) {
+        (Some(text), Some(stdin), Some(out)) => Some(session::drive(stdin, out, stdout, text)),
+        _ => None,
+    };
     let live = if dev.is_remote() {
         tmp.join("stderr.txt")
     } else {
@@ -659,6 +665,9 @@ fn execute(
     );
     rec.duration_s = started.elapsed().as_secs_f64();
     let t1 = Instant::now();
+    if let Some(d) = driver {
+        rec.turns = d.finish();
+    }
     rec.exit_code = status.and_then(|s| s.code());
     rec.timed_out = timed_out
         || (dev.is_remote()
@@ -694,10 +703,14 @@ fn execute(
         rec.tokens = Some(n);
         rec.tok_s = tps;
     }
+    let unanswered = rec
+        .turns
+        .iter()
+        .find(|t| t.status == "missing" && matches!(t.cmd.as_str(), "generate" | "decide"));
     rec.status = if rec.timed_out {
         "timeout".into()
     } else if rec.exit_code == Some(0) {
-        if csv.is_file() {
+        if csv.is_file() && unanswered.is_none() {
             "ok".into()
         } else {
             "failed".into()
@@ -707,7 +720,15 @@ fn execute(
     };
     if rec.status == "failed" {
         rec.error = Some(if rec.exit_code == Some(0) {
-            "the engine exited 0 but wrote no CSV".into()
+            match unanswered {
+                Some(t) => format!(
+                    "session turn {} (request id {}) got no answer{}",
+                    t.turn,
+                    t.id,
+                    t.error.as_ref().map_or(String::new(), |e| format!(": {e}"))
+                ),
+                None => "the engine exited 0 but wrote no CSV".into(),
+            }
         } else {
             format!(
                 "exit status {}; last stderr line: {}",

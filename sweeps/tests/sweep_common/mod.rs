@@ -37,6 +37,12 @@ pub fn text(o: &Output) -> String {
 /// Writes a stand-in engine: parses `-n` and `--csv`, sleeps `sleep_s`, writes `n` rows with
 /// `wall_ms` = 100 + step, appends one line per invocation to `calls.log` next to itself and
 /// prints its `/proc/self/cgroup` membership on stdout.
+///
+/// With `--session` it speaks the session protocol instead: `BMOE_READY`, then for every
+/// request line (echoed as `req: ...`) `BMOE_BEGIN` and `BMOE_DONE` with the request's id, and
+/// per turn k (1-based) `n` CSV rows with `turn` = k and `wall_ms` = 100·k + step. A prompt
+/// containing `FAIL` is answered with a non-fatal `BMOE_ERROR`; one containing `DIE` makes it
+/// exit 3 without answering.
 pub fn fake_engine(dir: &Path, sleep_s: f64) -> PathBuf {
     let path = dir.join("fake-cli");
     let log = dir.join("calls.log");
@@ -44,10 +50,29 @@ pub fn fake_engine(dir: &Path, sleep_s: f64) -> PathBuf {
         r##"#!/bin/sh
 csv=""; n=8
 for a in "$@"; do echo "arg: $a"; if [ "$a" = "--session" ]; then session=1; fi; done
-if [ -n "$session" ]; then echo "stdin:"; cat; fi
 while [ $# -gt 0 ]; do case "$1" in --csv) csv=$2; shift;; -n) n=$2; shift;; esac; shift; done
 echo "call $$" >> '{log}'
 sleep {sleep_s}
+if [ -n "$session" ]; then
+  {{ echo "# bmoe_metrics v2"; echo "# engine=fake-0"; echo "# model=m arch=qwen3moe n_layer=2"
+    echo "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms,mgmt_ms,turn"; }} > "$csv"
+  echo 'BMOE_READY {{"load_s":0.01,"arch":"qwen3moe","n_ctx":512,"think_ctl":"template","n_expert_used":2}}'
+  turn=0
+  while IFS= read -r line; do
+    echo "req: $line"
+    id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+    [ -z "$id" ] && continue
+    case "$line" in *DIE*) exit 3;; esac
+    case "$line" in *FAIL*) printf 'BMOE_ERROR {{"id":%s,"fatal":false,"msg":"refused"}}\n' "$id"; continue;; esac
+    turn=$((turn+1))
+    np=$(printf '%s' "$line" | sed -n 's/.*"n_predict":\([0-9]*\).*/\1/p'); [ -n "$np" ] && n=$np
+    printf 'BMOE_BEGIN {{"id":%s}}\n' "$id"
+    i=1; while [ $i -le $n ]; do echo "$i,$n,$((100 * turn + i)).000,10.000,80.000,2097152,50.00,0.000,1.000,$turn" >> "$csv"; i=$((i+1)); done
+    printf 'BMOE_DONE {{"id":%s,"cancelled":false,"tokens":%s,"tok_s":9.5,"prefill_s":0.5,"n_prompt":%s,"n_past":%s,"cache_hit_pct":50.0,"text":"t%s","reasoning":""}}\n' "$id" "$n" "$((10 * turn))" "$((20 * turn))" "$turn"
+  done
+  echo "# summary tokens=$((n * turn)) cache_hit_pct=50.0" >> "$csv"
+  exit 0
+fi
 {{ echo "# bmoe_metrics v2"; echo "# engine=fake-0"; echo "# model=m arch=qwen3moe n_layer=2"
   echo "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms,mgmt_ms"
   i=1; while [ $i -le $n ]; do echo "$i,$n,$((100 + i)).000,10.000,80.000,2097152,50.00,0.000,1.000"; i=$((i+1)); done
