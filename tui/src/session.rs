@@ -227,6 +227,8 @@ pub enum Refusal {
     Busy(i64),
     /// The engine is gone or said it is ending.
     Ended,
+    /// A `/` command that could not be applied.
+    Command(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -234,7 +236,8 @@ impl std::fmt::Display for Refusal {
         match self {
             Refusal::Empty => f.write_str("type a prompt first"),
             Refusal::Busy(id) => write!(f, "#{id} is still generating: Esc cancels it"),
-            Refusal::Ended => f.write_str("the session has ended: q quits"),
+            Refusal::Ended => f.write_str("the session has ended: Ctrl-D quits"),
+            Refusal::Command(why) => f.write_str(why),
         }
     }
 }
@@ -270,7 +273,62 @@ impl Default for Composer {
     }
 }
 
+/// What Enter on the prompt line does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submitted {
+    /// A request to write to the engine, and the event that records it.
+    Request(Request, SessionEvent),
+    /// A `/` command changed a setting; nothing is sent. The text says what changed.
+    Setting(String),
+}
+
 impl Composer {
+    /// A `/` command typed on the prompt line: `/n N` sets `n_predict` of the next requests,
+    /// `/n` alone returns to the engine's `-n`. `None` when the line is a prompt.
+    ///
+    /// # Errors
+    /// An unknown command or a bad number, as the text to show.
+    fn command(&mut self) -> Option<Result<String, String>> {
+        let line = self.input.trim();
+        let rest = line.strip_prefix('/')?;
+        let mut words = rest.split_whitespace();
+        let out = match (words.next(), words.next(), words.next()) {
+            (Some("n"), None, None) => {
+                self.n_predict = None;
+                Ok("n_predict: the engine's -n from the next request on".to_string())
+            }
+            (Some("n"), Some(v), None) => match v.parse::<u64>() {
+                Ok(n) if n > 0 => {
+                    self.n_predict = Some(n);
+                    Ok(format!("n_predict {n} from the next request on"))
+                }
+                _ => Err(format!("`/n {v}`: expected a positive token count")),
+            },
+            _ => Err(format!(
+                "unknown command `{line}`: /n N sets n_predict, /n resets it"
+            )),
+        };
+        self.input.clear();
+        Some(out)
+    }
+
+    /// Enter on the prompt line: a `/` command is applied here; a prompt becomes the `generate`
+    /// request and the event that records it, the input is consumed and the next request
+    /// continues the chat.
+    ///
+    /// # Errors
+    /// [`Refusal`] when nothing is typed, a generation is in flight, the session ended, or a
+    /// command is wrong.
+    pub fn enter(&mut self, log: &SessionLog, ended: bool) -> Result<Submitted, Refusal> {
+        match self.command() {
+            Some(Ok(what)) => Ok(Submitted::Setting(what)),
+            Some(Err(why)) => Err(Refusal::Command(why)),
+            None => self
+                .submit(log, ended)
+                .map(|(req, ev)| Submitted::Request(req, ev)),
+        }
+    }
+
     /// The `generate` request for the typed prompt, and the event that records it; the input is
     /// consumed and the next request continues the chat.
     ///
@@ -386,6 +444,31 @@ mod tests {
             r.to_line(),
             r#"{"cmd":"generate","id":3,"prompt":"again","n_predict":8,"think":false,"clear_kv":true}"#
         );
+    }
+
+    #[test]
+    fn slash_n_sets_n_predict_without_sending() {
+        let (mut c, log) = (Composer::default(), SessionLog::default());
+        c.input = "/n 6".into();
+        assert_eq!(
+            c.enter(&log, false),
+            Ok(Submitted::Setting(
+                "n_predict 6 from the next request on".into()
+            ))
+        );
+        assert_eq!((c.n_predict, c.input.as_str(), c.next_id), (Some(6), "", 1));
+        c.input = "/n many".into();
+        assert!(matches!(c.enter(&log, false), Err(Refusal::Command(_))));
+        c.input = "/x".into();
+        assert!(matches!(c.enter(&log, false), Err(Refusal::Command(w)) if w.contains("unknown")));
+        c.input = "/n".into();
+        assert!(matches!(c.enter(&log, false), Ok(Submitted::Setting(_))));
+        assert_eq!(c.n_predict, None);
+        c.input = "hi".into();
+        assert!(matches!(
+            c.enter(&log, false),
+            Ok(Submitted::Request(Request::Generate(g), _)) if g.n_predict.is_none()
+        ));
     }
 
     #[test]

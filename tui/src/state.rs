@@ -11,7 +11,7 @@ use bmoe_telemetry::deltas::TextAccumulator;
 use bmoe_telemetry::protocol::Done;
 
 use crate::model::{Event, Memory, RunConfig, RunSummary, TextDelta, TokenSample};
-use crate::session::{Composer, SessionEvent, SessionLog};
+use crate::session::{Composer, SessionEvent, SessionLog, Submitted};
 use bmoe_telemetry::protocol::Request;
 
 /// Lines of engine stderr kept for the log pane.
@@ -500,12 +500,16 @@ impl App {
     pub fn submit(&mut self) -> Option<Request> {
         self.dirty = true;
         let ended = self.run.ended.is_some() || !self.child_alive;
-        match self.composer.submit(&self.run.session, ended) {
-            Ok((req, ev)) => {
+        match self.composer.enter(&self.run.session, ended) {
+            Ok(Submitted::Request(req, ev)) => {
                 // A new request means following the conversation again.
                 self.answer_scroll = 0;
                 self.push(Event::Session(ev));
                 Some(req)
+            }
+            Ok(Submitted::Setting(what)) => {
+                self.composer.notice = Some(what);
+                None
             }
             Err(why) => {
                 self.composer.notice = Some(why.to_string());

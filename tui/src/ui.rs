@@ -92,9 +92,12 @@ pub fn draw(f: &mut Frame, app: &App, theme: &Theme) {
 /// the last Enter / Esc did nothing).
 fn prompt_line(app: &App, theme: &Theme, width: u16) -> Paragraph<'static> {
     let c = &app.composer;
-    let mut flags = vec![if c.new_chat { "new chat" } else { "continue" }];
+    let mut flags = vec![if c.new_chat { "new chat" } else { "continue" }.to_string()];
     if !c.think {
-        flags.push("think off");
+        flags.push("think off".into());
+    }
+    if let Some(n) = c.n_predict {
+        flags.push(format!("n {n}"));
     }
     let mode = format!("[{}]", flags.join(", "));
     let typed_w = c.input.chars().count() + 4;
@@ -1052,6 +1055,7 @@ fn help_popup(f: &mut Frame, theme: &Theme, area: Rect, session: bool) {
         ("Ctrl-N", "next prompt starts a new chat (clear_kv)"),
         ("Ctrl-R", "reasoning on / off for the next prompt (think)"),
         ("Ctrl-U", "clear the prompt line"),
+        ("/n N  /n", "n_predict N for the next prompts; back to -n"),
         ("Ctrl-C", "cancel a generation; quit when idle"),
         ("Ctrl-D", "quit (closes the session)"),
         ("Tab", "focus answer ↔ telemetry details"),

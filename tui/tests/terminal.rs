@@ -513,3 +513,127 @@ fn quitting_stops_a_running_engine() {
     t.wait_for("clean exit", |s| s.contains("EXIT=0"));
     assert!(marker.exists(), "the engine was not interrupted on quit");
 }
+
+/// The real engine for the session test: `$BMOE_CLI`, next to `bmoe-top` (one target directory,
+/// as in CI), or on `PATH`.
+fn engine_cli() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("BMOE_CLI") {
+        candidates.push(PathBuf::from(p));
+    }
+    if let Some(dir) = Path::new(bin()).parent() {
+        candidates.push(dir.join("bmoe-cli"));
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join("bmoe-cli")));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+impl Tmux {
+    /// As [`Tmux::wait_for`], with a longer limit: a real engine on a loaded machine.
+    fn wait_long(&self, what: &str, secs: u64, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let s = self.capture();
+            if pred(&s) {
+                std::thread::sleep(Duration::from_millis(40));
+                if self.capture() == s {
+                    return s;
+                }
+                continue;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out ({secs} s) waiting for {what}; screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn type_line(&self, text: &str) {
+        let ok = Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys", "-t", "t", "-l", text])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "send-keys -l {text}");
+        self.keys(&["Enter"]);
+    }
+}
+
+#[test]
+fn session_with_the_real_engine_answers_cancels_and_continues() {
+    let Some(cli) = engine_cli() else {
+        eprintln!(
+            "skipping: bmoe-cli not found next to bmoe-top, in $BMOE_CLI or on PATH (cargo build -p bmoe-engine --bin bmoe-cli)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("session.csv");
+    // The built-in tiny model; -n 30000 makes an uncapped request long enough to cancel (tens of
+    // seconds even at the release build's ~1000 tok/s).
+    let cmd = format!(
+        "{} --session -- {} --session --moe-stream --cache-mb 2 -t 1 -c 32768 -n 30000 --csv {}",
+        bin(),
+        cli.display(),
+        csv.display()
+    );
+    let Some(t) = Tmux::start(&cmd, 100, 40) else {
+        return;
+    };
+    t.wait_long("BMOE_READY", 120, |s| {
+        s.contains("ready (") && s.contains("ready: qwen3moe")
+    });
+
+    // A capped turn: answered in full, DONE shown on the turn and in the status line.
+    t.type_line("/n 6");
+    t.wait_for("n_predict set", |s| {
+        s.contains("n_predict 6 from the next request on")
+    });
+    t.type_line("hello the");
+    let s = t.wait_long("first answer", 120, |s| s.contains("#1 done, 6 tokens"));
+    assert!(s.contains("› hello the"), "{s}");
+    assert!(s.contains("✓ 6 tokens ·"), "{s}");
+    assert!(s.contains("done (BMOE_DONE): 6 tokens"), "{s}");
+    assert!(s.contains("[continue, n 6]"), "{s}");
+
+    // An uncapped turn (the engine's -n 30000), cancelled with Esc mid-generation.
+    t.type_line("/n");
+    t.type_line("count the experts");
+    t.wait_long("second turn generating", 120, |s| {
+        s.contains("#2 generating") && s.contains("/30000")
+    });
+    t.keys(&["Escape"]);
+    let s = t.wait_long("cancelled", 60, |s| s.contains("#2 cancelled after"));
+    assert!(s.contains("⏹ cancelled after"), "{s}");
+
+    // The session is still usable: a third prompt continues the chat and is answered.
+    t.type_line("/n 4");
+    t.type_line("and again");
+    let s = t.wait_long("third answer", 120, |s| s.contains("#3 done, 4 tokens"));
+    assert!(s.contains("› and again"), "{s}");
+    assert!(!s.contains("new chat ──"), "one conversation: {s}");
+
+    // Ctrl-D closes the session; the engine exits on its own and bmoe-top with it.
+    t.keys(&["C-d"]);
+    t.wait_long("clean exit", 30, |s| s.contains("EXIT=0"));
+    // The engine's CSV saw the three turns: 6 + (cancelled) + 4 token rows with a turn column.
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("step,"))
+        .expect("CSV header");
+    let turn_col = header
+        .split(',')
+        .position(|c| c == "turn")
+        .expect("turn column");
+    let mut turns: Vec<String> = text
+        .lines()
+        .filter(|l| l.as_bytes().first().is_some_and(u8::is_ascii_digit))
+        .map(|l| l.split(',').nth(turn_col).unwrap_or("").to_string())
+        .collect();
+    turns.dedup();
+    assert_eq!(turns.len(), 3, "turns in the CSV: {turns:?}");
+}
