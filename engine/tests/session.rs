@@ -738,3 +738,26 @@ fn a_new_chat_reseeds_the_sampler() {
         blocks[0]
     );
 }
+
+#[test]
+fn cancel_during_the_prefill_stops_it() {
+    let mut s = Session::start(&["-c", "4096"]);
+    s.ready();
+    // ~2000 byte tokens: a prefill of a second or more here, cancelled within milliseconds
+    let prompt: String = (0..400).map(|i| format!("w{i} ")).collect();
+    s.send(&generate(1, &prompt, 2, true));
+    match s.next() {
+        Record::Begin(b) => assert_eq!(b.id, 1),
+        other => panic!("expected BMOE_BEGIN, got {other:?}"),
+    }
+    s.send(r#"{"cmd":"cancel"}"#);
+    let d = s.done(1);
+    assert!(d.cancelled, "{d:?}");
+    assert_eq!((d.tokens, d.n_prompt, d.n_past), (0, 0, 0), "{d:?}");
+    // the KV holds nothing of it: a continuation prefills its whole (new) conversation
+    s.send(&generate(2, "after", 2, false));
+    let d2 = s.done(2);
+    assert_eq!(d2.n_past, d2.n_prompt + d2.tokens);
+    let (status, _, _) = s.end();
+    assert!(status.success());
+}
