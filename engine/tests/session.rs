@@ -761,3 +761,65 @@ fn cancel_during_the_prefill_stops_it() {
     let (status, _, _) = s.end();
     assert!(status.success());
 }
+
+#[test]
+fn a_read_error_mid_session_is_fatal_and_ends_the_process() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let model = dir.path().join("live.gguf");
+    std::fs::copy(&models().tiny, &model).unwrap();
+    let info =
+        bmoe_gguf::ModelInfo::from_model(&bmoe_gguf::GgufModel::open(&model).unwrap()).unwrap();
+    let first_expert = info
+        .layers
+        .iter()
+        .flat_map(|l| l.expert_tensors.iter())
+        .map(|t| t.file_offset)
+        .min()
+        .unwrap();
+    // after the load, the model file is swapped for one cut short before the experts
+    let short = dir.path().join("short.gguf");
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&short, &bytes[..first_expert as usize + 100]).unwrap();
+    let mut child = cli()
+        .env("BMOE_TEST_REPLACE_AFTER_LOAD", &short)
+        .arg("-m")
+        .arg(&model)
+        .args(["--session", "--moe-stream", "-t", "2", "-c", "256"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{}", generate(5, "read me", 4, true)).unwrap();
+        writeln!(stdin, "{}", generate(6, "never served", 4, true)).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let records: Vec<Record> = stdout
+        .lines()
+        .map(|l| match parse_line(l) {
+            LineKind::Record(r) => r,
+            other => panic!("not a protocol line: {l} ({other:?})"),
+        })
+        .collect();
+    assert!(
+        matches!(records.first(), Some(Record::Ready(_))),
+        "{stdout}"
+    );
+    match records.last() {
+        Some(Record::Error(e)) => {
+            assert!(e.fatal && e.id == 5, "{e:?}");
+            assert!(e.msg.contains("live.gguf"), "{e:?}");
+        }
+        other => panic!("expected a fatal BMOE_ERROR last, got {other:?}"),
+    }
+    assert!(
+        !records
+            .iter()
+            .any(|r| matches!(r, Record::Done(_)) || matches!(r, Record::Begin(b) if b.id == 6)),
+        "nothing is served after the fatal error:\n{stdout}"
+    );
+}
