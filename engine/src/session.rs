@@ -33,11 +33,29 @@ const SEQ: i32 = 0;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// A request the main loop runs (`cancel` and `close` are the reader's own business).
+#[derive(Debug)]
+enum Work {
+    /// `generate`.
+    Generate(GenerateRequest),
+    /// `decide`.
+    Decide(DecideRequest),
+}
+
+impl Work {
+    fn id(&self) -> i64 {
+        match self {
+            Work::Generate(g) => g.id,
+            Work::Decide(d) => d.id,
+        }
+    }
+}
+
 /// What the reader hands the main loop, in stdin order.
 #[derive(Debug)]
 enum Inbound {
     /// A `generate` or `decide`, numbered from 1 in arrival order.
-    Work { seq: u64, request: Request },
+    Work { seq: u64, work: Work },
     /// A line that is not a request the session accepts.
     Invalid { id: i64, msg: String },
     /// `close`, or the end of stdin.
@@ -104,9 +122,19 @@ fn read_requests(
                     continue;
                 }
                 Ok(Request::Close) => break,
-                Ok(request) => {
+                Ok(Request::Generate(g)) => {
                     read += 1;
-                    Inbound::Work { seq: read, request }
+                    Inbound::Work {
+                        seq: read,
+                        work: Work::Generate(g),
+                    }
+                }
+                Ok(Request::Decide(d)) => {
+                    read += 1;
+                    Inbound::Work {
+                        seq: read,
+                        work: Work::Decide(d),
+                    }
                 }
                 Err((id, msg)) => Inbound::Invalid { id, msg },
             },
@@ -237,24 +265,19 @@ pub fn serve_from(
                 }
                 .to_line(),
             ),
-            Inbound::Work { seq, request } => {
+            Inbound::Work { seq, work } => {
                 let cancelled = || cancels.covers(seq);
                 if !cancelled() {
                     engine.clear_abort();
                 }
-                let result = match &request {
-                    Request::Generate(g) => {
+                let id = work.id();
+                let result = match &work {
+                    Work::Generate(g) => {
                         generate(&mut engine, &mut conv, cfg, g, out, note, &cancelled)
                     }
-                    Request::Decide(d) => {
+                    Work::Decide(d) => {
                         run_decide(&mut engine, &mut prefix, cfg, d, out, &cancelled)
                     }
-                    Request::Cancel | Request::Close => Ok(()),
-                };
-                let id = match &request {
-                    Request::Generate(g) => g.id,
-                    Request::Decide(d) => d.id,
-                    _ => 0,
                 };
                 match result {
                     Ok(()) => {}
@@ -358,7 +381,6 @@ fn keep_kv_prefix(engine: &mut Engine<'_>, n: usize, held: usize) -> bool {
     true
 }
 
-#[allow(clippy::too_many_arguments)]
 fn generate(
     engine: &mut Engine<'_>,
     conv: &mut Conversation,
