@@ -702,3 +702,97 @@ session = { prompts = "reqs.jsonl" }
     assert!(err.contains("hint: one request per line"), "{err}");
     assert_eq!(calls(t.path()), 0, "nothing ran");
 }
+
+#[test]
+fn session_cells_drive_the_real_engine_turn_by_turn() {
+    let cli = match bmoe_cli() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIP session_cells_drive_the_real_engine_turn_by_turn: {why}");
+            return;
+        }
+    };
+    let help = std::process::Command::new(&cli)
+        .arg("--help")
+        .output()
+        .expect("bmoe-cli --help");
+    if !String::from_utf8_lossy(&help.stdout).contains("--session") {
+        eprintln!(
+            "SKIP session_cells_drive_the_real_engine_turn_by_turn: {} has no --session",
+            cli.display()
+        );
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    write(
+        t.path(),
+        "chat.toml",
+        &format!(
+            r#"
+name = "chat"
+binary = "{}"
+[[model]]
+id = "tiny"
+preset = "tiny"
+[[sweep]]
+name = "chat"
+flags = ["--moe-stream", "--cache-mb", "16", "-t", "2"]
+session = {{ prompts = ["Tell me about computing.", "And then?"], clear_kv = false, n_predict = 5 }}
+"#,
+            cli.display()
+        ),
+    );
+    let o = run(t.path(), &["sweep", "chat.toml", "-o", "res"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let recs = records(&t.path().join("res"));
+    assert_eq!(recs.len(), 1);
+    let r = &recs[0];
+    assert_eq!(r["status"], "ok", "{r}");
+    assert!(
+        r["argv"]
+            .as_array()
+            .expect("argv")
+            .iter()
+            .any(|a| a == "--session"),
+        "{r}"
+    );
+    // Both turns answered by the engine's own BMOE_DONE: 5 tokens each, and the second turn
+    // continues the conversation (the context only grows).
+    let turns = r["turns"].as_array().expect("turns");
+    assert_eq!(turns.len(), 2, "{r}");
+    for tr in turns {
+        assert_eq!(tr["status"], "done", "{tr}");
+        assert_eq!(tr["tokens"], 5, "{tr}");
+        assert!(tr["prefill_s"].as_f64().is_some_and(|p| p > 0.0), "{tr}");
+        assert!(tr["wall_s"].as_f64().is_some_and(|w| w > 0.0), "{tr}");
+    }
+    let past = |i: usize| turns[i]["n_past"].as_u64().expect("n_past");
+    let prompt = |i: usize| turns[i]["n_prompt"].as_u64().expect("n_prompt");
+    assert!(past(1) > past(0), "{r}");
+    // The second turn reused the KV prefix: of the 39+ tokens of context before its answer it
+    // prefilled only the new part.
+    assert!(prompt(1) < past(1) - 5, "{r}");
+    assert_eq!(past(0), prompt(0) + 5, "{r}");
+    // The engine's CSV has 10 rows over two `turn` values; the report splits them per turn.
+    assert_eq!(r["tokens"], 10, "{r}");
+    let o = run(t.path(), &["report", "res", "-f", "csv"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = String::from_utf8_lossy(&o.stdout);
+    let header: Vec<&str> = csv.lines().next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let turn_of: Vec<&str> = rows.iter().map(|r| r[col("turn")]).collect();
+    assert_eq!(turn_of, ["", "1", "2"], "{csv}");
+    assert_eq!(rows[2][col("n_past")], past(1).to_string(), "{csv}");
+    let stdout = std::fs::read_to_string(t.path().join(format!(
+        "res/{}/stdout.txt",
+        r["dir"].as_str().expect("dir")
+    )))
+    .expect("stdout.txt");
+    assert!(stdout.starts_with("BMOE_READY "), "{stdout}");
+    assert_eq!(stdout.matches("BMOE_DONE ").count(), 2, "{stdout}");
+}
