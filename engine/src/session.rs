@@ -344,7 +344,7 @@ fn plan(
         return Err(Failure::Rejected("empty prompt after tokenization".into()));
     }
     let n_ctx = cfg.n_ctx as usize;
-    if tokens.len() + n_predict > n_ctx {
+    if tokens.len().saturating_add(n_predict) > n_ctx {
         return Err(Failure::Rejected(format!(
             "prompt + n_predict exceeds the session n_ctx ({n_ctx}): the conversation is {} tokens and n_predict is {n_predict}; start a new chat (clear_kv:true), lower n_predict, or open the session with a larger -c/--ctx-size",
             tokens.len()

@@ -422,7 +422,7 @@ fn malformed_requests_are_rejected_and_the_session_keeps_serving() {
     let mut s = Session::start(&["--chatml"]);
     s.ready();
     // (request line, the id its error must carry)
-    let bad: [(&str, i64); 12] = [
+    let bad: [(&str, i64); 14] = [
         (r#"{"cmd":"generate","id":1,"prompt":"#, 0),
         ("not json at all", 0),
         ("[1,2,3]", 0),
@@ -440,6 +440,14 @@ fn malformed_requests_are_rejected_and_the_session_keeps_serving() {
         (
             r#"{"cmd":"decide","id":10,"prefix":"a","choices":["x","y"]}"#,
             10,
+        ),
+        (
+            r#"{"cmd":"generate","id":14,"prompt":"x","n_predict":18446744073709551615}"#,
+            14,
+        ),
+        (
+            r#"{"cmd":"generate","id":15,"prompt":"x","n_predict":-3}"#,
+            15,
         ),
     ];
     for (line, id) in bad {
