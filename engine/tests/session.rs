@@ -1,8 +1,9 @@
 //! `bmoe-cli --session` driven over real pipes, on models synthesised at test time: a
 //! conversation that reuses its KV prefix and answers exactly as a one-shot run of the same
-//! rendered history, cancel mid-generation, malformed requests that leave the session serving,
-//! EOF and close, the warm expert cache across turns, decide over the wire, and the session's
-//! CSV and traces spanning turns.
+//! rendered history, cancel mid-prefill, mid-generation and while queued, malformed requests that
+//! leave the session serving, EOF, close and the fatal paths (load failure, expert read error),
+//! the warm expert cache across turns, `think_ctl` from the model's template, the sampler reseeded
+//! per new chat, decide over the wire, and the session's CSV and traces spanning turns.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
