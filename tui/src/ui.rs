@@ -780,9 +780,16 @@ pub fn summary_lines(run: &RunState, theme: &Theme, width: u16) -> Vec<Line<'sta
             seg.push_str(&format!(" ({r:.1} tok/s)"));
         }
         segs.push(seg);
-        if let Some(l) = s.load_s.filter(|l| *l >= 0.0) {
+        // In a session the model was loaded before the prompt was typed: the wait for the
+        // first token is the prefill alone.
+        if let Some(l) = s.load_s.filter(|l| *l >= 0.0)
+            && run.session.ready.is_none()
+        {
             segs.push(format!("TTFT {:.2} s incl. load", l + p));
         }
+    }
+    if let (Some(past), Some(r)) = (run.session.n_past, &run.session.ready) {
+        segs.push(format!("context {past}/{} tokens", r.n_ctx));
     }
     if let Some(r) = s.read_mib {
         segs.push(format!("read {r:.0} MiB"));

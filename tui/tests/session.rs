@@ -236,6 +236,9 @@ fn done_then_a_second_prompt_continues_the_chat() {
     assert!(!screen.contains("new chat ──"), "{screen}");
     assert!(screen.contains("#2 done, 2 tokens · ready"), "{screen}");
     assert!(screen.contains("done (BMOE_DONE): 2 tokens"), "{screen}");
+    // a session's model was loaded before the prompt: no "TTFT incl. load", but the context
+    assert!(screen.contains("context 40/4096 tokens"), "{screen}");
+    assert!(!screen.contains("incl. load"), "{screen}");
     assert!(screen.contains(" [continue] Enter send"), "{screen}");
     insta::assert_snapshot!("session_done_120x40", screen);
 }
