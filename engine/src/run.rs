@@ -325,11 +325,14 @@ pub fn run(
     let (prompt_text, split) = match engine.template() {
         Some(t) => {
             let hint = "run without --chatml to pass the prompt as raw text";
-            let rendered = t
-                .render(&cfg.prompt, cfg.think)
+            let turn = t
+                .render_turn(
+                    &[crate::chat::Message::user(&cfg.prompt)],
+                    cfg.think,
+                    engine.think_ctl(),
+                )
                 .map_err(|e| fail(e.to_string(), hint))?;
-            let starts = t.opens_in_reasoning(&rendered);
-            (rendered, Some((t.think_tags(), starts)))
+            (turn.text, Some((t.think_tags(), turn.starts_in_reasoning)))
         }
         None => (cfg.prompt.clone(), None),
     };

@@ -710,6 +710,20 @@ fn think_ctl_is_decided_by_rendering_the_models_template() {
         (30..=35).contains(&grew),
         "the prefilled section: {grew} tokens"
     );
+    // the one-shot --no-think renders the same way (the prompt is echoed on stdout)
+    let out = cli()
+        .arg("-m")
+        .arg(&m.channels)
+        .args(["--chatml", "--no-think", "-p", "hi", "-n", "1", "-t", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .starts_with("<|user|>hi<|e|><|a|>analysis<|m|>\n\n<|e|><|a|>final<|m|>"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let (status, _, _) = s.end();
     assert!(status.success());
 }
