@@ -89,6 +89,21 @@ impl Builder {
             init,
         });
     }
+
+    /// A weight matrix (or vector) whose first dimension is its input width, drawn with
+    /// standard deviation 1/√(input width) so activations keep their scale through it.
+    fn add_matrix(&mut self, name: impl Into<String>, t: GgmlType, dims: &[u64]) {
+        let fan_in = dims.first().copied().unwrap_or(1);
+        self.add(name, t, dims, Init::Random { std: inv_sqrt(fan_in) });
+    }
+
+    /// A dense gated MLP (`gate`, `up`: n_embd → n_ff; `down`: n_ff → n_embd), in that order;
+    /// `name` maps `"gate"`/`"up"`/`"down"` to the tensor name.
+    fn add_mlp(&mut self, name: impl Fn(&str) -> String, t: GgmlType, n_embd: u64, n_ff: u64) {
+        self.add_matrix(name("gate"), t, &[n_embd, n_ff]);
+        self.add_matrix(name("up"), t, &[n_embd, n_ff]);
+        self.add_matrix(name("down"), t, &[n_ff, n_embd]);
+    }
 }
 
 fn inv_sqrt(n: u64) -> f32 {
@@ -208,12 +223,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         Init::Random { std: embd_std },
     );
     b.add("output_norm.weight", f32t, &[e], Init::Ones);
-    b.add(
-        "output.weight",
-        f32t,
-        &[e, nv],
-        Init::Random { std: inv_sqrt(e) },
-    );
+    b.add_matrix("output.weight", f32t, &[e, nv]);
     let mut rope_freqs_done = false;
     for i in 0..o.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}");
@@ -225,38 +235,16 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         if o.arch == Arch::GptOss {
             b.add(p("post_attention_norm.weight"), f32t, &[e], Init::Ones);
         }
-        b.add(
-            p("attn_q.weight"),
-            dt,
-            &[e, q_dim],
-            Init::Random { std: inv_sqrt(e) },
-        );
-        b.add(
-            p("attn_k.weight"),
-            dt,
-            &[e, kv_dim],
-            Init::Random { std: inv_sqrt(e) },
-        );
-        b.add(
-            p("attn_v.weight"),
-            dt,
-            &[e, kv_dim],
-            Init::Random { std: inv_sqrt(e) },
-        );
+        b.add_matrix(p("attn_q.weight"), dt, &[e, q_dim]);
+        b.add_matrix(p("attn_k.weight"), dt, &[e, kv_dim]);
+        b.add_matrix(p("attn_v.weight"), dt, &[e, kv_dim]);
         if o.arch != Arch::Qwen3Moe {
             let small = Init::Random { std: 0.02 };
             b.add(p("attn_q.bias"), f32t, &[q_dim], small.clone());
             b.add(p("attn_k.bias"), f32t, &[kv_dim], small.clone());
             b.add(p("attn_v.bias"), f32t, &[kv_dim], small);
         }
-        b.add(
-            p("attn_output.weight"),
-            dt,
-            &[q_dim, e],
-            Init::Random {
-                std: inv_sqrt(q_dim),
-            },
-        );
+        b.add_matrix(p("attn_output.weight"), dt, &[q_dim, e]);
         match o.arch {
             Arch::Qwen3Moe => {
                 b.add(p("attn_q_norm.weight"), f32t, &[hd], Init::Ones);
@@ -289,24 +277,9 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         if o.arch == Arch::GptOss {
             b.add(p("ffn_gate_inp.bias"), f32t, &[ne], Init::Zeros);
         }
-        b.add(
-            p("ffn_gate_exps.weight"),
-            xt,
-            &[e, ff, ne],
-            Init::Random { std: inv_sqrt(e) },
-        );
-        b.add(
-            p("ffn_up_exps.weight"),
-            xt,
-            &[e, ff, ne],
-            Init::Random { std: inv_sqrt(e) },
-        );
-        b.add(
-            p("ffn_down_exps.weight"),
-            xt,
-            &[ff, e, ne],
-            Init::Random { std: inv_sqrt(ff) },
-        );
+        b.add_matrix(p("ffn_gate_exps.weight"), xt, &[e, ff, ne]);
+        b.add_matrix(p("ffn_up_exps.weight"), xt, &[e, ff, ne]);
+        b.add_matrix(p("ffn_down_exps.weight"), xt, &[ff, e, ne]);
         match o.arch {
             Arch::GptOss => {
                 let small = Init::Random { std: 0.01 };
@@ -316,30 +289,8 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
             }
             Arch::Qwen2Moe => {
                 let fs = o.n_ff_shexp;
-                b.add(
-                    p("ffn_gate_inp_shexp.weight"),
-                    f32t,
-                    &[e],
-                    Init::Random { std: inv_sqrt(e) },
-                );
-                b.add(
-                    p("ffn_gate_shexp.weight"),
-                    dt,
-                    &[e, fs],
-                    Init::Random { std: inv_sqrt(e) },
-                );
-                b.add(
-                    p("ffn_up_shexp.weight"),
-                    dt,
-                    &[e, fs],
-                    Init::Random { std: inv_sqrt(e) },
-                );
-                b.add(
-                    p("ffn_down_shexp.weight"),
-                    dt,
-                    &[fs, e],
-                    Init::Random { std: inv_sqrt(fs) },
-                );
+                b.add_matrix(p("ffn_gate_inp_shexp.weight"), f32t, &[e]);
+                b.add_mlp(|w| p(&format!("ffn_{w}_shexp.weight")), dt, e, fs);
             }
             Arch::Qwen3Moe | Arch::Gemma4 => {}
         }
@@ -365,32 +316,10 @@ fn gemma4_layer(b: &mut Builder, o: &SynthOptions, i: u32, rope_freqs_done: &mut
     let (f32t, dt, xt) = (GgmlType::F32, o.dense_type, o.expert_type);
     let fs = o.n_ff_shexp;
     b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);
-    b.add(
-        p("attn_q.weight"),
-        dt,
-        &[e, q_dim],
-        Init::Random { std: inv_sqrt(e) },
-    );
-    b.add(
-        p("attn_k.weight"),
-        dt,
-        &[e, kv_dim],
-        Init::Random { std: inv_sqrt(e) },
-    );
-    b.add(
-        p("attn_v.weight"),
-        dt,
-        &[e, kv_dim],
-        Init::Random { std: inv_sqrt(e) },
-    );
-    b.add(
-        p("attn_output.weight"),
-        dt,
-        &[q_dim, e],
-        Init::Random {
-            std: inv_sqrt(q_dim),
-        },
-    );
+    b.add_matrix(p("attn_q.weight"), dt, &[e, q_dim]);
+    b.add_matrix(p("attn_k.weight"), dt, &[e, kv_dim]);
+    b.add_matrix(p("attn_v.weight"), dt, &[e, kv_dim]);
+    b.add_matrix(p("attn_output.weight"), dt, &[q_dim, e]);
     b.add(p("attn_q_norm.weight"), f32t, &[hd], Init::Ones);
     b.add(p("attn_k_norm.weight"), f32t, &[hd], Init::Ones);
     b.add(p("post_attention_norm.weight"), f32t, &[e], Init::Ones);
@@ -400,24 +329,7 @@ fn gemma4_layer(b: &mut Builder, o: &SynthOptions, i: u32, rope_freqs_done: &mut
         *rope_freqs_done = true;
     }
     b.add(p("ffn_norm.weight"), f32t, &[e], Init::Ones);
-    b.add(
-        p("ffn_gate.weight"),
-        dt,
-        &[e, fs],
-        Init::Random { std: inv_sqrt(e) },
-    );
-    b.add(
-        p("ffn_up.weight"),
-        dt,
-        &[e, fs],
-        Init::Random { std: inv_sqrt(e) },
-    );
-    b.add(
-        p("ffn_down.weight"),
-        dt,
-        &[fs, e],
-        Init::Random { std: inv_sqrt(fs) },
-    );
+    b.add_mlp(|w| p(&format!("ffn_{w}.weight")), dt, e, fs);
     b.add(p("post_ffw_norm.weight"), f32t, &[e], Init::Ones);
     let gains = Arc::new(router_gains(o.seed, i, o.n_expert, o.router_skew));
     b.add(
@@ -440,16 +352,6 @@ fn gemma4_layer(b: &mut Builder, o: &SynthOptions, i: u32, rope_freqs_done: &mut
     b.add(p("pre_ffw_norm_2.weight"), f32t, &[e], Init::Ones);
     b.add(p("post_ffw_norm_1.weight"), f32t, &[e], Init::Ones);
     b.add(p("post_ffw_norm_2.weight"), f32t, &[e], Init::Ones);
-    b.add(
-        p("ffn_gate_up_exps.weight"),
-        xt,
-        &[e, 2 * ff, ne],
-        Init::Random { std: inv_sqrt(e) },
-    );
-    b.add(
-        p("ffn_down_exps.weight"),
-        xt,
-        &[ff, e, ne],
-        Init::Random { std: inv_sqrt(ff) },
-    );
+    b.add_matrix(p("ffn_gate_up_exps.weight"), xt, &[e, 2 * ff, ne]);
+    b.add_matrix(p("ffn_down_exps.weight"), xt, &[ff, e, ne]);
 }
