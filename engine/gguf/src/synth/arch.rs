@@ -94,7 +94,14 @@ impl Builder {
     /// standard deviation 1/√(input width) so activations keep their scale through it.
     fn add_matrix(&mut self, name: impl Into<String>, t: GgmlType, dims: &[u64]) {
         let fan_in = dims.first().copied().unwrap_or(1);
-        self.add(name, t, dims, Init::Random { std: inv_sqrt(fan_in) });
+        self.add(
+            name,
+            t,
+            dims,
+            Init::Random {
+                std: inv_sqrt(fan_in),
+            },
+        );
     }
 
     /// A dense gated MLP (`gate`, `up`: n_embd → n_ff; `down`: n_ff → n_embd), in that order;
