@@ -364,132 +364,103 @@ pub enum Prompts {
     File(String),
 }
 
-/// Settings a sweep inherits from `[defaults]` and may override.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Settings {
-    /// `-n`.
-    pub n_predict: Option<u32>,
-    /// `-p`.
-    pub prompt: Option<String>,
-    /// Read the prompt from this file (relative to the manifest).
-    pub prompt_file: Option<Spanned<String>>,
-    /// Fixed flags (replaces the inherited list).
-    pub flags: Option<Vec<String>>,
-    /// Counted runs per cell.
-    pub repetitions: Option<u32>,
-    /// Per-run timeout, seconds.
-    pub timeout_s: Option<f64>,
-    /// Memory cap, e.g. `"8GiB"`: the run goes into a memory cgroup.
-    pub mem_limit: Option<Spanned<String>>,
-    /// Warm-up settings.
-    pub warmup: Option<WarmupDef>,
-    /// Cooldown before every run.
-    pub cooldown: Option<CooldownDef>,
-    /// Run order.
-    pub order: Option<OrderDef>,
-    /// Session mode.
-    pub session: Option<SessionDef>,
-    /// Extra environment.
-    pub env: Option<BTreeMap<String, String>>,
+/// Declares the run settings once: [`Settings`] (what `[defaults]` holds and a sweep inherits)
+/// and the same keys on [`SweepDef`] next to its own, with the copy and the inheritance between
+/// them. A new run setting is one entry in the invocation below.
+macro_rules! run_settings {
+    (
+        sweep { $($sweep_only:tt)* }
+        settings { $( $(#[doc = $doc:literal])* $name:ident : $ty:ty ),* $(,)? }
+    ) => {
+        /// Settings a sweep inherits from `[defaults]` and may override.
+        #[derive(Debug, Clone, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Settings {
+            $( $(#[doc = $doc])* pub $name: Option<$ty>, )*
+        }
+
+        impl Settings {
+            /// `self` with every unset field taken from `base`.
+            pub fn or(&self, base: &Settings) -> Settings {
+                Settings {
+                    $( $name: self.$name.clone().or_else(|| base.$name.clone()), )*
+                }
+            }
+        }
+
+        /// `[[sweep]]`: one block of cells.
+        #[derive(Debug, Clone, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct SweepDef {
+            $($sweep_only)*
+            $( $(#[doc = $doc])* pub $name: Option<$ty>, )*
+        }
+
+        impl SweepDef {
+            /// The block's own settings (unset = inherited).
+            pub fn settings(&self) -> Settings {
+                Settings {
+                    $( $name: self.$name.clone(), )*
+                }
+            }
+        }
+    };
 }
 
-impl Settings {
-    /// `self` with every unset field taken from `base`.
-    pub fn or(&self, base: &Settings) -> Settings {
-        Settings {
-            n_predict: self.n_predict.or(base.n_predict),
-            prompt: self.prompt.clone().or_else(|| base.prompt.clone()),
-            prompt_file: self
-                .prompt_file
-                .clone()
-                .or_else(|| base.prompt_file.clone()),
-            flags: self.flags.clone().or_else(|| base.flags.clone()),
-            repetitions: self.repetitions.or(base.repetitions),
-            timeout_s: self.timeout_s.or(base.timeout_s),
-            mem_limit: self.mem_limit.clone().or_else(|| base.mem_limit.clone()),
-            warmup: self.warmup.clone().or_else(|| base.warmup.clone()),
-            cooldown: self.cooldown.clone().or_else(|| base.cooldown.clone()),
-            order: self.order.clone().or_else(|| base.order.clone()),
-            session: self.session.clone().or_else(|| base.session.clone()),
-            env: self.env.clone().or_else(|| base.env.clone()),
-        }
+run_settings! {
+    sweep {
+        /// Block name (a directory under the results).
+        pub name: Spanned<String>,
+        /// Devices to run on (default: every declared device).
+        pub devices: Option<Vec<Spanned<String>>>,
+        /// Models (default: every declared model).
+        pub models: Option<Vec<Spanned<String>>>,
+        /// `{axis = [values]}`: crossed (cartesian product) unless linked.
+        #[serde(default)]
+        pub axes: IndexMap<String, Spanned<Vec<toml::Value>>>,
+        /// Groups of axes zipped together instead of crossed.
+        #[serde(default)]
+        pub link: Vec<Spanned<Vec<String>>>,
+        /// Explicit cells: `{cell = "name", flags = [...], <axis> = value}`.
+        #[serde(default)]
+        pub cells: Vec<Spanned<toml::Table>>,
+        /// Combinations removed: `{model = "x", <axis> = value}`.
+        #[serde(default)]
+        pub exclude: Vec<Spanned<toml::Table>>,
+        /// Per-model axis values: `{model_id = {axis = [values]}}`.
+        #[serde(default)]
+        pub per_model: IndexMap<String, Spanned<IndexMap<String, Vec<toml::Value>>>>,
+        /// Per-model template variables, used as `{var}` in cells and flags.
+        #[serde(default)]
+        pub vars: IndexMap<String, toml::Table>,
+        /// Cell tag template, e.g. `"{model}_c{cache}"`.
+        pub tag: Option<Spanned<String>>,
     }
-}
-
-/// `[[sweep]]`: one block of cells.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SweepDef {
-    /// Block name (a directory under the results).
-    pub name: Spanned<String>,
-    /// Devices to run on (default: every declared device).
-    pub devices: Option<Vec<Spanned<String>>>,
-    /// Models (default: every declared model).
-    pub models: Option<Vec<Spanned<String>>>,
-    /// `{axis = [values]}`: crossed (cartesian product) unless linked.
-    #[serde(default)]
-    pub axes: IndexMap<String, Spanned<Vec<toml::Value>>>,
-    /// Groups of axes zipped together instead of crossed.
-    #[serde(default)]
-    pub link: Vec<Spanned<Vec<String>>>,
-    /// Explicit cells: `{cell = "name", flags = [...], <axis> = value}`.
-    #[serde(default)]
-    pub cells: Vec<Spanned<toml::Table>>,
-    /// Combinations removed: `{model = "x", <axis> = value}`.
-    #[serde(default)]
-    pub exclude: Vec<Spanned<toml::Table>>,
-    /// Per-model axis values: `{model_id = {axis = [values]}}`.
-    #[serde(default)]
-    pub per_model: IndexMap<String, Spanned<IndexMap<String, Vec<toml::Value>>>>,
-    /// Per-model template variables, used as `{var}` in cells and flags.
-    #[serde(default)]
-    pub vars: IndexMap<String, toml::Table>,
-    /// Cell tag template, e.g. `"{model}_c{cache}"`.
-    pub tag: Option<Spanned<String>>,
-    /// `-n`.
-    pub n_predict: Option<u32>,
-    /// `-p`.
-    pub prompt: Option<String>,
-    /// Prompt file.
-    pub prompt_file: Option<Spanned<String>>,
-    /// Fixed flags for the block.
-    pub flags: Option<Vec<String>>,
-    /// Counted runs per cell.
-    pub repetitions: Option<u32>,
-    /// Per-run timeout, seconds.
-    pub timeout_s: Option<f64>,
-    /// Memory cap.
-    pub mem_limit: Option<Spanned<String>>,
-    /// Warm-up.
-    pub warmup: Option<WarmupDef>,
-    /// Cooldown.
-    pub cooldown: Option<CooldownDef>,
-    /// Order.
-    pub order: Option<OrderDef>,
-    /// Session mode.
-    pub session: Option<SessionDef>,
-    /// Extra environment.
-    pub env: Option<BTreeMap<String, String>>,
-}
-
-impl SweepDef {
-    /// The block's own settings (unset = inherited).
-    pub fn settings(&self) -> Settings {
-        Settings {
-            n_predict: self.n_predict,
-            prompt: self.prompt.clone(),
-            prompt_file: self.prompt_file.clone(),
-            flags: self.flags.clone(),
-            repetitions: self.repetitions,
-            timeout_s: self.timeout_s,
-            mem_limit: self.mem_limit.clone(),
-            warmup: self.warmup.clone(),
-            cooldown: self.cooldown.clone(),
-            order: self.order.clone(),
-            session: self.session.clone(),
-            env: self.env.clone(),
-        }
+    settings {
+        /// `-n`.
+        n_predict: u32,
+        /// `-p`.
+        prompt: String,
+        /// Read the prompt from this file (relative to the manifest).
+        prompt_file: Spanned<String>,
+        /// Fixed flags (a sweep's list replaces the inherited one).
+        flags: Vec<String>,
+        /// Counted runs per cell.
+        repetitions: u32,
+        /// Per-run timeout, seconds.
+        timeout_s: f64,
+        /// Memory cap, e.g. `"8GiB"`: the run goes into a memory cgroup.
+        mem_limit: Spanned<String>,
+        /// Warm-up settings.
+        warmup: WarmupDef,
+        /// Cooldown before every run.
+        cooldown: CooldownDef,
+        /// Run order.
+        order: OrderDef,
+        /// Session mode.
+        session: SessionDef,
+        /// Extra environment.
+        env: BTreeMap<String, String>,
     }
 }
 
