@@ -171,6 +171,9 @@ pub struct ResolvedRun {
     pub cache_mb: u64,
     /// The floor `auto` left free, MiB (`None` without `auto`).
     pub cache_floor_mb: Option<u64>,
+    /// Tokens per prefill decode when the prompt is split to fit the cache
+    /// ([`crate::stream::prefill`]); the preamble's `n_ubatch` is then at most this.
+    pub prefill_chunk: Option<u64>,
     /// One token's worst-case routed bytes.
     pub cache_cycle_bytes: u64,
     /// Whether every shard reads with O_DIRECT (achieved, not requested).
@@ -214,7 +217,10 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
         n_expert_used: Some(r.n_expert_used),
         threads: Some(cfg.threads as u64),
         n_ctx: Some(u64::from(cfg.n_ctx)),
-        n_ubatch: Some(u64::from(cfg.n_ubatch)),
+        n_ubatch: Some(
+            r.prefill_chunk
+                .map_or(u64::from(cfg.n_ubatch), |c| c.min(u64::from(cfg.n_ubatch))),
+        ),
         chatml: Some(cfg.chatml),
         moe_stream: Some(r.moe_stream),
         cache_mb: Some(r.cache_mb),

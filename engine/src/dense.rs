@@ -157,9 +157,45 @@ fn err(path: &Path, offset: u64, source: io::Error) -> DenseError {
     }
 }
 
-/// `anon`: moves the dense pages of every shard mapped at `layout.shard_bases` into anonymous
-/// memory at the same addresses and fills them from the file (O_DIRECT when `want_direct` and
-/// the file accepts it; buffered otherwise).
+/// Where each shard is mapped: the expert binding's bases, completed for shards that hold no
+/// expert (dense-only shards of a split model) from the addresses the graph read their tensors
+/// at (`weights`: name, data address). A shard is only given a base when every captured tensor
+/// of it agrees on one page-aligned `address − file offset` — anything else (a tensor llama.cpp
+/// copied elsewhere) leaves that shard on its mapping.
+pub fn shard_bases(
+    index: &ModelIndex,
+    layout: &ExpertLayout,
+    weights: &[(String, usize)],
+) -> Vec<Option<usize>> {
+    let mut bases = layout.shard_bases.clone();
+    bases.resize(index.shards.len(), None);
+    let mut found: Vec<Option<Option<usize>>> = vec![None; index.shards.len()];
+    for (name, addr) in weights {
+        let Some(p) = index.tensors.get(name) else {
+            continue;
+        };
+        let Some(slot) = found.get_mut(p.shard) else {
+            continue;
+        };
+        let base = addr.wrapping_sub(p.offset as usize);
+        *slot = match *slot {
+            None if base % PAGE == 0 => Some(Some(base)),
+            Some(Some(b)) if b == base => Some(Some(b)),
+            // disagreement or misalignment: poison the shard
+            _ => Some(None),
+        };
+    }
+    for (shard, f) in found.into_iter().enumerate() {
+        if let (Some(None), Some(Some(b))) = (bases.get(shard), f) {
+            bases[shard] = Some(b);
+        }
+    }
+    bases
+}
+
+/// `anon`: moves the dense pages of every shard with a known mapping base ([`shard_bases`]) into
+/// anonymous memory at the same addresses and fills them from the file (O_DIRECT when
+/// `want_direct` and the file accepts it; buffered otherwise).
 ///
 /// Must run between decodes (nothing may compute while pages are replaced).
 ///
@@ -169,9 +205,11 @@ fn err(path: &Path, offset: u64, source: io::Error) -> DenseError {
 pub fn anon(
     index: &ModelIndex,
     layout: &ExpertLayout,
+    weights: &[(String, usize)],
     want_direct: bool,
 ) -> Result<DenseOutcome, DenseError> {
     let t0 = Instant::now();
+    let bases = shard_bases(index, layout, weights);
     let experts: Vec<(usize, u64, u64)> = layout
         .tensors()
         .map(|t| (t.shard, t.offset, t.bytes as u64))
@@ -180,7 +218,7 @@ pub fn anon(
     let mut weights = Vec::new();
     let mut plan = Vec::new();
     for (shard, ranges) in per_shard.iter().enumerate() {
-        let Some(Some(base)) = layout.shard_bases.get(shard) else {
+        let Some(Some(base)) = bases.get(shard) else {
             continue;
         };
         for &(s, e) in ranges {
@@ -274,6 +312,49 @@ mod tests {
         // page 4096..8192 holds expert bytes: it stays with the expert arena
         assert_eq!(p[0], vec![(0, 4096), (16384, 20480)]);
         assert_eq!(p[1], vec![(0, 4096)]);
+    }
+
+    #[test]
+    fn dense_only_shards_get_the_base_their_tensors_agree_on() {
+        let mut index = ModelIndex::default();
+        for i in 0..4 {
+            index.shards.push(format!("m-{i}.gguf").into());
+            index.shard_sizes.push(1 << 20);
+        }
+        let place = |shard, offset| crate::stream::layout::FilePlace {
+            shard,
+            offset,
+            size: 100,
+        };
+        for (name, shard, off) in [
+            ("token_embd.weight", 1, 8192),
+            ("output.weight", 1, 16384),
+            ("a.weight", 2, 8192),
+            ("b.weight", 2, 12288),
+            ("c.weight", 3, 100),
+        ] {
+            index.tensors.insert(name.into(), place(shard, off));
+        }
+        let layout = ExpertLayout {
+            n_expert: 1,
+            layers: Vec::new(),
+            shard_bases: vec![Some(0x10_0000), None, None, None],
+        };
+        let base = 0x7000_0000usize;
+        let weights = vec![
+            ("token_embd.weight".to_string(), base + 8192),
+            ("output.weight".to_string(), base + 16384),
+            // shard 2: two tensors disagree (one was copied elsewhere): left alone
+            ("a.weight".to_string(), 0x8000_0000 + 8192),
+            ("b.weight".to_string(), 0x9000_0000 + 12288),
+            // shard 3: a base that is not page aligned: left alone
+            ("c.weight".to_string(), 0xa000_0000 + 4096),
+            ("inp_embd".to_string(), 0x1234),
+        ];
+        assert_eq!(
+            shard_bases(&index, &layout, &weights),
+            vec![Some(0x10_0000), Some(base), None, None]
+        );
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct MoeHook {
     route_trace: Option<RouteTracer>,
     routing: Vec<Routing>,
     compute_trace: Option<ComputeTracer>,
+    /// Capture: name and address of every other weight the graph reads (to find where each
+    /// shard of a split model is mapped, for `--dense-weights anon`).
+    weight_addrs: Vec<(String, usize)>,
 }
 
 impl MoeHook {
@@ -72,6 +75,7 @@ impl MoeHook {
             route_trace: None,
             routing: Vec::new(),
             compute_trace: None,
+            weight_addrs: Vec::new(),
         }
     }
 
@@ -86,6 +90,7 @@ impl MoeHook {
             route_trace: None,
             routing: Vec::new(),
             compute_trace: None,
+            weight_addrs: Vec::new(),
         }
     }
 
@@ -129,6 +134,11 @@ impl MoeHook {
                 Vec::new()
             }
         }
+    }
+
+    /// The non-expert weights seen during capture: (GGUF name, address of its data).
+    pub fn take_weight_addrs(&mut self) -> Vec<(String, usize)> {
+        std::mem::take(&mut self.weight_addrs)
     }
 
     /// Starts streaming with `streamer`.
@@ -218,6 +228,8 @@ impl MoeHook {
                         && w.n_expert > 0
                     {
                         seen.push((il, suffix, w));
+                    } else if let Some(w) = src.weight_ref() {
+                        self.weight_addrs.push((w.name, w.addr));
                     }
                 }
                 false

@@ -525,6 +525,7 @@ impl<'m> Engine<'m> {
                 .hook_mut()
                 .ok_or_else(|| fail("internal: streaming without a hook", "report a bug"))?;
             let captured = hook.take_captured();
+            let weight_addrs = hook.take_weight_addrs();
             let layout = bind(recipe, &captured, &facts.index).map_err(|e| {
                 fail(
                     e.to_string(),
@@ -570,6 +571,15 @@ impl<'m> Engine<'m> {
                     cycle as f64 / (1024.0 * 1024.0)
                 );
             }
+            if let Some(split) = crate::stream::prefill::split_for(
+                budget,
+                layout.n_expert,
+                top_k,
+                layout.max_entry_bytes(),
+            ) {
+                let _ = writeln!(note, "bmoe: {}", split.note(cache_mb));
+                resolved.prefill_chunk = Some(split.chunk as u64);
+            }
             let settings = StreamSettings {
                 cache_bytes: budget,
                 io_threads: sc.io_threads,
@@ -600,7 +610,12 @@ impl<'m> Engine<'m> {
                     }
                 },
                 DenseWeights::Anon => {
-                    let o = crate::dense::anon(&facts.index, streamer.layout(), sc.o_direct)
+                    let o = crate::dense::anon(
+                        &facts.index,
+                        streamer.layout(),
+                        &weight_addrs,
+                        sc.o_direct,
+                    )
                         .map_err(|e| {
                             fail(
                                 e.to_string(),
@@ -904,6 +919,14 @@ impl<'m> Engine<'m> {
             .copied()
             .filter(|&p| p > turn.n_reused && p < n_ctx_tokens)
             .collect();
+        if let Some(chunk) = self.resolved.prefill_chunk {
+            // each layer's expert union must fit the cache budget (stream::prefill)
+            cuts.extend(crate::stream::prefill::cut_points(
+                turn.n_reused,
+                n_ctx_tokens,
+                chunk as usize,
+            ));
+        }
         cuts.sort_unstable();
         cuts.dedup();
         cuts.push(n_ctx_tokens);

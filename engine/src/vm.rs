@@ -219,6 +219,30 @@ impl Arena {
         }
     }
 
+    /// Bytes of the arena's pages resident in RAM now (`mincore` over every span): what the
+    /// expert memory really occupies, as opposed to what the cache accounts for.
+    pub fn resident_bytes(&self) -> u64 {
+        let page = system_page_size();
+        let mut total = 0u64;
+        for s in &self.spans {
+            let n = (s.end - s.start).div_ceil(page);
+            let mut v = vec![0u8; n];
+            // SAFETY: [start, end) is a span this arena mapped (page aligned); mincore only reads
+            // the page tables and writes one byte per page into `v`, which has room for all.
+            let r = unsafe {
+                libc::mincore(
+                    s.start as *mut libc::c_void,
+                    s.end - s.start,
+                    v.as_mut_ptr(),
+                )
+            };
+            if r == 0 {
+                total += v.iter().filter(|&&b| b & 1 == 1).count() as u64 * page as u64;
+            }
+        }
+        total
+    }
+
     /// Overwrites `[addr, addr+len)` with `byte` (test poisoning).
     pub fn fill(&self, addr: usize, len: usize, byte: u8) -> io::Result<()> {
         self.check(addr, len)?;

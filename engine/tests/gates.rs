@@ -82,6 +82,34 @@ fn run(model: &Path, extra: &[&str]) -> Output {
 
 /// (token, logits hash) per step, from a successful run.
 fn trace(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String) {
+    let (steps, stdout, _) = trace_full(model, extra);
+    (steps, stdout)
+}
+
+/// The prefill chunk a streamed run announced on stderr (`prefill split into decodes of ≤N
+/// tokens`), when its cache could not hold a whole layer's experts.
+fn split_chunk(stderr: &str) -> Option<u32> {
+    let rest = stderr.split("prefill split into decodes of ≤").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// The resident run a streamed run must equal: same batches, so `--ubatch` = the smaller of the
+/// streamed run's own `--ubatch` and its announced prefill chunk.
+fn resident_args(streamed_args: &[&str], streamed_stderr: &str) -> Vec<String> {
+    let own = streamed_args
+        .iter()
+        .position(|&a| a == "--ubatch")
+        .and_then(|i| streamed_args.get(i + 1))
+        .and_then(|v| v.parse::<u32>().ok());
+    match (own, split_chunk(streamed_stderr)) {
+        (Some(a), Some(b)) => vec!["--ubatch".into(), a.min(b).to_string()],
+        (Some(u), None) | (None, Some(u)) => vec!["--ubatch".into(), u.to_string()],
+        (None, None) => Vec::new(),
+    }
+}
+
+/// [`trace`] plus stderr.
+fn trace_full(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String, String) {
     let out = run(model, extra);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -103,17 +131,25 @@ fn trace(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String) {
         })
         .collect();
     assert!(!steps.is_empty(), "no logits hashes in:\n{stderr}");
-    (steps, stdout)
+    (steps, stdout, stderr)
 }
 
+/// Every config streamed must equal the resident run with the same batches (a cache smaller
+/// than a whole layer splits the prefill: the resident run then uses `--ubatch <chunk>`).
 fn assert_identical(model: &Path, configs: &[&[&str]]) {
-    let (resident, _) = trace(model, &[]);
+    let mut residents: std::collections::HashMap<Vec<String>, Vec<(String, String)>> =
+        std::collections::HashMap::new();
     for cfg in configs {
-        let (streamed, stdout) = trace(model, cfg);
+        let (streamed, stdout, stderr) = trace_full(model, cfg);
+        let args = resident_args(cfg, &stderr);
+        let resident = residents.entry(args.clone()).or_insert_with(|| {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            trace(model, &a).0
+        });
         assert_eq!(
-            streamed,
+            &streamed,
             resident,
-            "{} streamed with {cfg:?} differs from the resident run",
+            "{} streamed with {cfg:?} differs from the resident run with {args:?}",
             model.display()
         );
         assert!(
@@ -238,14 +274,13 @@ fn other_registry_architectures_stream_identically() {
 fn split_prefill_and_sampling_stream_identically() {
     let m = &models().q4k;
     // several ubatches per prefill: each is its own graph with its own routing callbacks
-    let (resident, _) = trace(m, &["--ubatch", "4"]);
-    for cfg in [
-        &["--moe-stream", "--ubatch", "4"][..],
-        &["--moe-stream", "--ubatch", "4", "--cache-mb", "1"],
-    ] {
-        let (streamed, _) = trace(m, cfg);
-        assert_eq!(streamed, resident, "{cfg:?}");
-    }
+    assert_identical(
+        m,
+        &[
+            &["--moe-stream", "--ubatch", "4"][..],
+            &["--moe-stream", "--ubatch", "4", "--cache-mb", "1"],
+        ],
+    );
     // a seeded sampler sees the same logits, so it draws the same tokens
     let sample = [
         "--temp", "0.8", "--top-k", "20", "--top-p", "0.9", "--seed", "7",
@@ -266,17 +301,17 @@ fn poisoning_proves_only_routed_experts_are_read() {
         unrouted, resident,
         "NaN in unrouted experts must change nothing"
     );
-    let (unrouted_cached, _) = trace(
-        m,
-        &[
-            "--moe-stream",
-            "--cache-mb",
-            "1",
-            "--test-poison",
-            "unrouted",
-        ],
-    );
-    assert_eq!(unrouted_cached, resident);
+    let cached = [
+        "--moe-stream",
+        "--cache-mb",
+        "1",
+        "--test-poison",
+        "unrouted",
+    ];
+    let (unrouted_cached, _, stderr) = trace_full(m, &cached);
+    let args = resident_args(&cached, &stderr);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(unrouted_cached, trace(m, &a).0);
     let (routed, _) = trace(m, &["--moe-stream", "--test-poison", "routed"]);
     assert_ne!(
         routed, resident,
@@ -539,4 +574,103 @@ fn resident_hook_diagnostic_observes_every_routing_and_changes_nothing() {
         .unwrap_or_else(|| panic!("{line}"));
     let decodes = hashes.len() as u64 + 1;
     assert_eq!(nodes, 2 * decodes, "{line}");
+}
+
+/// A prompt long enough that every expert of every layer is routed by some token.
+fn long_prompt() -> String {
+    (0..3)
+        .map(|i| format!("token{i} the quick brown fox jumps; "))
+        .collect()
+}
+
+/// A streamed run of [`long_prompt`] with the arena's resident bytes measured after every
+/// load: (peak bytes, stderr, the run's logits trace).
+fn peak_run(model: &Path, extra: &[&str]) -> (u64, String, Vec<(String, String)>) {
+    let out = cli()
+        .env("BMOE_TEST_PEAK_RESIDENT", "1")
+        .arg("-m")
+        .arg(model)
+        .args(["-p", &long_prompt(), "-n", "4", "-t", "2", "-c", "512"])
+        .args(["--moe-stream", "--dump-logits-hash"])
+        .args(extra)
+        .output()
+        .expect("run bmoe-cli");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{extra:?}:\n{stderr}");
+    let peak = stderr
+        .split("peak expert-resident bytes ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no peak report:\n{stderr}"));
+    let steps = stderr
+        .lines()
+        .filter(|l| l.starts_with("logits-hash "))
+        .map(|l| (l.to_string(), String::new()))
+        .collect();
+    (peak, stderr, steps)
+}
+
+#[test]
+fn a_prefill_whose_union_exceeds_the_cache_is_split_and_stays_within_budget() {
+    let m = &models().q8;
+    let info =
+        bmoe_gguf::info::ModelInfo::from_model(&bmoe_gguf::GgufModel::open(m).unwrap()).unwrap();
+    let entry = info.layers.iter().map(|l| l.expert_bytes).max().unwrap();
+    let whole_layer = entry * u64::from(info.n_expert);
+    let layer_load = entry * u64::from(info.n_expert_used);
+    let budget: u64 = 1 << 20;
+    assert!(
+        whole_layer > budget + layer_load,
+        "the model must be able to overshoot"
+    );
+
+    // the control: unsplit (cache off), a long prompt's union is a whole layer
+    let (peak_off, stderr_off, _) = peak_run(m, &["--cache-mb", "0"]);
+    assert!(!stderr_off.contains("prefill split"), "{stderr_off}");
+    assert!(
+        peak_off > budget + layer_load,
+        "an unsplit long prefill holds {peak_off} B (a whole layer is {whole_layer} B)"
+    );
+
+    let csv = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (peak, stderr, streamed) = peak_run(
+        m,
+        &["--cache-mb", "1", "--csv", csv.path().to_str().unwrap()],
+    );
+    let chunk = split_chunk(&stderr).unwrap_or_else(|| panic!("no split note:\n{stderr}"));
+    assert_eq!(
+        u64::from(chunk),
+        (budget / layer_load).max(1),
+        "the largest batch whose top-k union fits"
+    );
+    assert!(
+        peak <= budget + layer_load,
+        "resident expert memory {peak} B exceeds the {budget} B budget + one layer load {layer_load} B"
+    );
+    let preamble = std::fs::read_to_string(csv.path()).unwrap();
+    assert!(
+        preamble.contains(&format!(" n_ubatch={chunk} ")),
+        "the CSV preamble states the effective ubatch:\n{}",
+        preamble.lines().take(4).collect::<Vec<_>>().join("\n")
+    );
+
+    // byte identity with the resident run that cuts the same batches
+    let resident = cli()
+        .arg("-m")
+        .arg(m)
+        .args(["-p", &long_prompt(), "-n", "4", "-t", "2", "-c", "512"])
+        .args(["--dump-logits-hash", "--ubatch", &chunk.to_string()])
+        .output()
+        .expect("run bmoe-cli");
+    let resident: Vec<(String, String)> = String::from_utf8_lossy(&resident.stderr)
+        .lines()
+        .filter(|l| l.starts_with("logits-hash "))
+        .map(|l| (l.to_string(), String::new()))
+        .collect();
+    assert_eq!(resident.len(), 4);
+    assert_eq!(
+        streamed, resident,
+        "split prefill vs resident --ubatch {chunk}"
+    );
 }

@@ -78,10 +78,12 @@ fn ok(out: &Output) -> String {
 fn route_trace_agrees_with_the_model_and_the_metrics_csv() {
     let m = tiny();
     let (route, csv) = (file("route.csv"), file("route-metrics.csv"));
+    // 2 MiB: a whole layer (1.6 MiB) fits, so the prompt is one prefill decode (a smaller
+    // cache splits it: stream::prefill), and the 3.2 MiB of experts still evict
     ok(&run(&[
         "--moe-stream",
         "--cache-mb",
-        "1",
+        "2",
         "--csv",
         arg(&csv),
         "--route-trace",
@@ -386,10 +388,11 @@ fn compute_trace_times_every_node_without_streaming() {
 #[test]
 fn compute_trace_layers_gives_one_row_per_segment_while_streaming() {
     let (ct, csv) = (file("ctl.csv"), file("ctl-metrics.csv"));
+    // 2 MiB: one prefill decode (a cache below a whole layer splits the prompt)
     ok(&run(&[
         "--moe-stream",
         "--cache-mb",
-        "1",
+        "2",
         "--csv",
         arg(&csv),
         "--compute-trace-layers",

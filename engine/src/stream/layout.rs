@@ -264,6 +264,11 @@ impl ExpertLayout {
         self.entry_bytes().iter().sum::<u64>() * top_k.min(self.n_expert) as u64
     }
 
+    /// Bytes of one expert in the widest layer.
+    pub fn max_entry_bytes(&self) -> u64 {
+        self.entry_bytes().into_iter().max().unwrap_or(0)
+    }
+
     /// One token's worst case in the widest layer: `top_k` distinct experts of it.
     pub fn layer_load_bytes(&self, top_k: usize) -> u64 {
         self.entry_bytes().into_iter().max().unwrap_or(0) * top_k.min(self.n_expert) as u64

@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod io;
 pub mod layout;
+pub mod prefill;
 pub mod recycle;
 
 use cache::{EntryId, ExpertCache, Touch};
@@ -64,6 +65,10 @@ pub struct StreamStats {
 /// Env var (diagnostic A/B): `1` releases evicted pages with `MADV_DONTNEED` and lets the reads
 /// fault fresh ones, as before page recycling existed.
 pub const NO_RECYCLE_ENV: &str = "BMOE_DIAG_NO_RECYCLE";
+
+/// Env var (test): `1` measures the expert arena's resident bytes (`mincore`) after every
+/// load and reports the peak on stderr when the streamer is dropped.
+pub const PEAK_RESIDENT_ENV: &str = "BMOE_TEST_PEAK_RESIDENT";
 
 /// Mappings left free for everything else when sizing the recycling budget.
 const MAP_MARGIN: usize = 8192;
@@ -140,6 +145,16 @@ pub struct Streamer {
     io_log: Option<Vec<IoRecord>>,
     /// Page recycling's mapping budget; `None` once disabled (env, or a failed move).
     recycle: Option<MapBudget>,
+    /// [`PEAK_RESIDENT_ENV`]: the largest resident arena bytes seen after a load.
+    peak_resident: Option<u64>,
+}
+
+impl Drop for Streamer {
+    fn drop(&mut self) {
+        if let Some(peak) = self.peak_resident {
+            eprintln!("bmoe: test: peak expert-resident bytes {peak}");
+        }
+    }
 }
 
 /// Why setting up streaming failed.
@@ -255,6 +270,9 @@ impl Streamer {
                 last_layer: None,
                 io_log: None,
                 recycle,
+                peak_resident: std::env::var(PEAK_RESIDENT_ENV)
+                    .is_ok_and(|v| v == "1")
+                    .then_some(0),
             },
             setup,
         ))
@@ -427,6 +445,9 @@ impl Streamer {
         self.stats.mgmt_ns += t2.elapsed().as_nanos() as u64;
         if let Some(p) = self.poison {
             self.apply_poison(layer, p, first_routed);
+        }
+        if let Some(peak) = self.peak_resident.as_mut() {
+            *peak = (*peak).max(self.arena.resident_bytes());
         }
         Ok(())
     }
