@@ -423,12 +423,8 @@ fn manifest_errors_name_the_line() {
 
 #[test]
 fn bmoe_cli_end_to_end_on_the_tiny_model() {
-    let cli = match bmoe_cli() {
-        Ok(p) => p,
-        Err(why) => {
-            eprintln!("SKIP bmoe_cli_end_to_end_on_the_tiny_model: {why}");
-            return;
-        }
+    let Some(cli) = real_cli_or_skip("bmoe_cli_end_to_end_on_the_tiny_model", "--csv") else {
+        return;
     };
     let t = tempfile::tempdir().expect("tmp");
     write(
@@ -705,24 +701,12 @@ session = { prompts = "reqs.jsonl" }
 
 #[test]
 fn session_cells_drive_the_real_engine_turn_by_turn() {
-    let cli = match bmoe_cli() {
-        Ok(p) => p,
-        Err(why) => {
-            eprintln!("SKIP session_cells_drive_the_real_engine_turn_by_turn: {why}");
-            return;
-        }
-    };
-    let help = std::process::Command::new(&cli)
-        .arg("--help")
-        .output()
-        .expect("bmoe-cli --help");
-    if !String::from_utf8_lossy(&help.stdout).contains("--session") {
-        eprintln!(
-            "SKIP session_cells_drive_the_real_engine_turn_by_turn: {} has no --session",
-            cli.display()
-        );
+    let Some(cli) = real_cli_or_skip(
+        "session_cells_drive_the_real_engine_turn_by_turn",
+        "--session",
+    ) else {
         return;
-    }
+    };
     let t = tempfile::tempdir().expect("tmp");
     write(
         t.path(),

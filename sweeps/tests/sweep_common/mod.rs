@@ -179,3 +179,21 @@ pub fn bmoe_cli() -> Result<PathBuf, String> {
     }
     Ok(cli)
 }
+
+/// The real engine for test `test` when it takes `flag`; otherwise prints why the test is
+/// skipped and returns `None`.
+pub fn real_cli_or_skip(test: &str, flag: &str) -> Option<PathBuf> {
+    let cli = match bmoe_cli() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIP {test}: {why}");
+            return None;
+        }
+    };
+    let help = Command::new(&cli).arg("--help").output().ok()?;
+    if !String::from_utf8_lossy(&help.stdout).contains(flag) {
+        eprintln!("SKIP {test}: {} has no {flag}", cli.display());
+        return None;
+    }
+    Some(cli)
+}
