@@ -4,36 +4,18 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed write is a failed test
 
+mod common;
+
+use common::{render, render_with};
+
 use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow};
 use bmoe_telemetry::protocol::{Done, Load, Progress};
 use bmoe_top::decode::LineDecoder;
 use bmoe_top::model::{Event, RunConfig};
 use bmoe_top::state::{App, SourceKind};
-use bmoe_top::theme::{ColorLevel, Theme};
+use bmoe_top::theme::ColorLevel;
 use bmoe_top::{argv, replay, ui};
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
 use ratatui::style::Color;
-
-fn render_with(app: &App, w: u16, h: u16, level: ColorLevel) -> (String, ratatui::buffer::Buffer) {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| ui::draw(f, app, &Theme::new(level))).unwrap();
-    let buf = t.backend().buffer().clone();
-    let mut out = String::new();
-    for y in 0..h {
-        let mut line = String::new();
-        for x in 0..w {
-            line.push_str(buf[(x, y)].symbol());
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    (out, buf)
-}
-
-fn render(app: &App, w: u16, h: u16) -> String {
-    render_with(app, w, h, ColorLevel::Full).0
-}
 
 fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(String::from).collect()

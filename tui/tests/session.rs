@@ -5,34 +5,18 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed write is a failed test
 
+mod common;
+
+use common::render;
+
 use bmoe_telemetry::protocol::{Begin, Done, ErrorRecord, Progress, Ready, Request, ThinkCtl};
+use bmoe_top::argv;
 use bmoe_top::decode::LineDecoder;
 use bmoe_top::keys::{self, Action};
 use bmoe_top::session::TurnState;
 use bmoe_top::state::{App, SourceKind};
-use bmoe_top::theme::{ColorLevel, Theme};
-use bmoe_top::{argv, ui};
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
 
 const CMD: &str = "bmoe-cli -m /models/Qwen3-30B-A3B-Q4_K_M.gguf -t 4 --io-threads 4 --moe-stream --cache-mb 3000 -n 32 --session";
-
-fn render(app: &App, w: u16, h: u16) -> String {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| ui::draw(f, app, &Theme::new(ColorLevel::Full)))
-        .unwrap();
-    let buf = t.backend().buffer().clone();
-    let mut out = String::new();
-    for y in 0..h {
-        let mut line = String::new();
-        for x in 0..w {
-            line.push_str(buf[(x, y)].symbol());
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
 
 /// A session panel as `bmoe-top --session -- CMD` starts it, with its decoder.
 struct Session {

@@ -92,25 +92,7 @@ impl Tmux {
 
     /// Waits (up to 15 s) until the screen satisfies `pred`; returns the screen.
     fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let s = self.capture();
-            // A capture can land mid-frame (tmux reads the panel's output in chunks): accept a
-            // screen only when it satisfies `pred` and is unchanged a moment later.
-            if pred(&s) {
-                std::thread::sleep(Duration::from_millis(40));
-                let again = self.capture();
-                if again == s {
-                    return s;
-                }
-                continue;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; screen:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.wait_long(what, 15, pred)
     }
 }
 
@@ -531,11 +513,13 @@ fn engine_cli() -> Option<PathBuf> {
 }
 
 impl Tmux {
-    /// As [`Tmux::wait_for`], with a longer limit: a real engine on a loaded machine.
+    /// Waits (up to `secs`) until the screen satisfies `pred`; returns the screen.
     fn wait_long(&self, what: &str, secs: u64, pred: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             let s = self.capture();
+            // A capture can land mid-frame (tmux reads the panel's output in chunks): accept a
+            // screen only when it satisfies `pred` and is unchanged a moment later.
             if pred(&s) {
                 std::thread::sleep(Duration::from_millis(40));
                 if self.capture() == s {
@@ -547,7 +531,7 @@ impl Tmux {
                 Instant::now() < deadline,
                 "timed out ({secs} s) waiting for {what}; screen:\n{s}"
             );
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
