@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::time::Instant;
 
 use bmoe_telemetry::metrics::{MetricsReader, MetricsWriter, RunInfo, TokenRow};
+use bmoe_telemetry::route_columns::{RouteSelect, RouteTable};
 use bmoe_telemetry::trace::{RouteRow, RouteTraceInfo, RouteTraceReader, TraceWriter};
 
 fn line_scan(path: &std::path::Path) -> u64 {
@@ -132,8 +133,21 @@ fn main() {
         std::hint::black_box(sum);
         n
     });
+    let all = RouteSelect {
+        all_columns: true,
+        ..RouteSelect::default()
+    };
+    let (n_cols, t_cols) = time(|| {
+        let t = RouteTable::read_parallel_from(&route, &all, u64::MAX).expect("columns");
+        t.columns.len() as u64
+    });
+    let (n_cols2, t_cols2) = time(|| {
+        let t = RouteTable::read_parallel_from(&route, &all, 1).expect("columns");
+        t.columns.len() as u64
+    });
     assert_eq!(n_naive, rows);
     assert_eq!(n_ours, rows);
+    assert_eq!((n_cols, n_cols2), (rows, rows));
     let (_, t_mscan) = time(|| line_scan(&metrics));
     let (n_m, t_m) = time(|| {
         let mut n = 0u64;
@@ -154,6 +168,18 @@ fn main() {
         route_mb / t_ours,
         rows as f64 / t_ours / 1e6,
         t_ours / t_scan
+    );
+    println!(
+        "  RouteTable (1 thr.) {:>8.0} MB/s  {:>6.2} M rows/s  {:.2}x the line scan's time (stores every column)",
+        route_mb / t_cols,
+        rows as f64 / t_cols / 1e6,
+        t_cols / t_scan
+    );
+    println!(
+        "  RouteTable (2 thr.) {:>8.0} MB/s  {:>6.2} M rows/s  {:.2}x the one-thread time",
+        route_mb / t_cols2,
+        rows as f64 / t_cols2 / 1e6,
+        t_cols2 / t_cols
     );
     println!(
         "  naive String+split  {:>8.0} MB/s  {:>6.2} M rows/s  {:.2}x the line scan's time",

@@ -42,7 +42,27 @@ fn trim(b: &[u8]) -> &[u8] {
     b.trim_ascii()
 }
 
+/// Plain digits, at most 19 of them (so no overflow check is needed): the shape of nearly every
+/// integer cell, parsed without trimming. `None` sends the cell to the general rule.
+fn plain_digits(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 19 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in b {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + u64::from(d);
+    }
+    Some(v)
+}
+
 fn parse_u64(b: &[u8]) -> Option<u64> {
+    if let Some(v) = plain_digits(b) {
+        return Some(v);
+    }
     let b = trim(b);
     let b = b.strip_prefix(b"+").unwrap_or(b);
     if b.is_empty() || b.len() > 20 {
@@ -60,6 +80,10 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 }
 
 fn parse_i64(b: &[u8]) -> Option<i64> {
+    if let Some(v) = plain_digits(b) {
+        // At most 19 digits: may still exceed i64::MAX.
+        return i64::try_from(v).ok();
+    }
     let t = trim(b);
     match t.first() {
         Some(b'-') => {
@@ -150,14 +174,13 @@ impl Cell for f64 {
     const TYPE: ColumnType = ColumnType::Float;
     const EXPECTED: &'static str = "expected a number";
     fn parse(b: &[u8]) -> Option<Self> {
+        // Untrimmed first: cells rarely carry spaces.
+        if let Some(v) = exact_decimal_f64(b) {
+            return Some(v);
+        }
         let b = trim(b);
-        if let Some((m, k, neg)) = simple_decimal(b, 15)
-            && let Some(&p) = POW10_F64.get(k)
-        {
-            // Clinger's fast path: both operands exact, so one IEEE division is correctly
-            // rounded — the same result `str::parse` gives, without its general machinery.
-            let v = m as f64 / p;
-            return Some(if neg { -v } else { v });
+        if let Some(v) = exact_decimal_f64(b) {
+            return Some(v);
         }
         let t = std::str::from_utf8(b).ok()?;
         if t.is_empty() {
@@ -168,6 +191,16 @@ impl Cell for f64 {
     fn write(&self, out: &mut String, decimals: usize) {
         write_f64(*self, out, decimals);
     }
+}
+
+/// Clinger's fast path for `[-]digits[.digits]` with at most 15 digits: both operands of the
+/// division are exact, so one IEEE division is correctly rounded — the same result
+/// `str::parse` gives, without its general machinery. `None` for anything else.
+fn exact_decimal_f64(b: &[u8]) -> Option<f64> {
+    let (m, k, neg) = simple_decimal(b, 15)?;
+    let p = POW10_F64.get(k)?;
+    let v = m as f64 / p;
+    Some(if neg { -v } else { v })
 }
 
 impl Cell for f32 {

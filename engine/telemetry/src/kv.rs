@@ -192,6 +192,27 @@ pub fn format_kv_line<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -
     Ok(out)
 }
 
+/// Formats the `# k=v …` line of the keys that are set (`None` values are left out), followed by
+/// `extra`; `None` when there is nothing to write. The writers' preamble lines are all this.
+///
+/// # Errors
+/// As [`format_pair`].
+pub(crate) fn format_set_pairs<'a>(
+    keys: impl IntoIterator<Item = (&'a str, Option<String>)>,
+    extra: &KvMap,
+) -> Result<Option<String>> {
+    let keys: Vec<(&str, String)> = keys
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+    let line = format_kv_line(
+        keys.iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .chain(extra.iter()),
+    )?;
+    Ok((line.len() > 1).then_some(line))
+}
+
 /// Reads a `.metrics` sidecar (or any `key=value`-per-line text): every line containing `=`
 /// is split at its first `=`, both sides trimmed; later keys overwrite earlier ones; lines
 /// without `=` are ignored. A leading UTF-8 BOM is skipped.

@@ -11,6 +11,7 @@
 //! | end-of-run summary lines | [`summary`] | [`summary::parse_summary_line`], [`summary::PerfReport::parse`] | `Display` |
 //! | metrics CSV v0/v1/v2 | [`metrics`] | [`metrics::MetricsReader`], [`metrics::MetricsFile`] | [`metrics::MetricsWriter`] |
 //! | route / compute / io trace v1 | [`trace`] | [`trace::TraceReader`] | [`trace::TraceWriter`] |
+//! | route trace v1, whole file into columns | [`route_columns`] | [`route_columns::RouteTable`] | |
 //! | `.metrics` sidecar, `key=value` lines | [`kv`] | [`kv::read_sidecar`], [`kv::parse_kv_line`] | [`kv::format_kv_line`] |
 //! | `delta_text` / `reset` semantics | [`deltas`] | [`deltas::TextAccumulator`] | [`deltas::DeltaEncoder`] |
 //! | which of the above a file is | [`detect`] | [`detect::detect_format`] | |
@@ -138,6 +139,7 @@ pub mod error;
 pub mod kv;
 pub mod metrics;
 pub mod protocol;
+pub mod route_columns;
 pub mod summary;
 pub mod table;
 pub mod trace;

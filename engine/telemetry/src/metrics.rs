@@ -41,8 +41,8 @@ use std::path::{Path, PathBuf};
 
 use crate::cell::{Cell, SHORTEST};
 use crate::error::{Error, Result};
-use crate::kv::{KvMap, format_pair, parse_kv_line};
-use crate::table::{Line, Preamble, RowCursor, TableReader, Truncated, opt_cell};
+use crate::kv::{KvMap, format_pair, format_set_pairs, parse_kv_line};
+use crate::table::{Line, Preamble, RowCursor, TableReader, Truncated, open_buffered, opt_cell};
 
 /// The magic first line of a v2 file.
 pub const MAGIC_V2: &str = "# bmoe_metrics v2";
@@ -406,10 +406,8 @@ impl RunInfo {
             }),
             ..RunInfo::default()
         };
-        for (i, line) in preamble.lines.iter().enumerate() {
-            let no = preamble.line_numbers.get(i).copied().unwrap_or(0);
-            let parsed = parse_kv_line(line);
-            for (k, v) in parsed.pairs.iter() {
+        for (no, kv) in preamble.kv_lines() {
+            for (k, v) in kv.pairs.iter() {
                 match info.set(k, v) {
                     None => info.extra.insert(k, v),
                     Some(Ok(())) => {}
@@ -430,26 +428,12 @@ impl RunInfo {
     /// [`Error::Unwritable`] for a value [`crate::kv::format_pair`] refuses.
     pub fn to_lines(&self) -> Result<Vec<String>> {
         let mut out = vec![MAGIC_V2.to_string()];
+        let no_extra = KvMap::new();
         for keys in Self::KEY_LINES {
-            let mut line = String::from("#");
-            for k in *keys {
-                if let Some(v) = self.get_formatted(k) {
-                    line.push(' ');
-                    line.push_str(&format_pair(k, &v)?);
-                }
-            }
-            if line.len() > 1 {
-                out.push(line);
-            }
+            let set = keys.iter().map(|&k| (k, self.get_formatted(k)));
+            out.extend(format_set_pairs(set, &no_extra)?);
         }
-        if !self.extra.is_empty() {
-            let mut line = String::from("#");
-            for (k, v) in self.extra.iter() {
-                line.push(' ');
-                line.push_str(&format_pair(k, v)?);
-            }
-            out.push(line);
-        }
+        out.extend(format_set_pairs([], &self.extra)?);
         Ok(out)
     }
 
@@ -602,8 +586,7 @@ impl MetricsReader<BufReader<File>> {
     /// As [`MetricsReader::new`], plus [`Error::Io`] when it cannot be opened.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let f = File::open(path).map_err(|e| Error::io(path, e))?;
-        MetricsReader::new(BufReader::with_capacity(1 << 16, f), path)
+        MetricsReader::new(open_buffered(path)?, path)
     }
 }
 

@@ -44,6 +44,14 @@ impl Preamble {
         m
     }
 
+    /// Each `#` line tokenised (see [`crate::kv`]), with its 1-based line number.
+    pub fn kv_lines(&self) -> impl Iterator<Item = (u64, crate::kv::KvLine)> + '_ {
+        self.lines.iter().enumerate().map(|(i, line)| {
+            let no = self.line_numbers.get(i).copied().unwrap_or(0);
+            (no, parse_kv_line(line))
+        })
+    }
+
     /// The first preamble line's bare words, e.g. `["bmoe_metrics", "v2"]` or
     /// `["route_trace", "v1"]`; empty when there is no preamble.
     pub fn magic(&self) -> Vec<String> {
@@ -75,6 +83,22 @@ pub struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    /// A row whose field `i` is `buf[spans[i].0..spans[i].1]` (for readers that split lines
+    /// themselves, e.g. the columnar route reader).
+    pub(crate) fn new(
+        buf: &'a [u8],
+        spans: &'a [(usize, usize)],
+        line: u64,
+        complete: bool,
+    ) -> Self {
+        Fields {
+            buf,
+            spans,
+            line,
+            complete,
+        }
+    }
+
     /// Number of fields on the row.
     pub fn len(&self) -> usize {
         self.spans.len()
@@ -128,6 +152,8 @@ pub struct TableReader<R> {
     header_raw: Vec<u8>,
     last_complete: bool,
     header_cut: Option<Truncated>,
+    /// Bytes taken from `src` so far: after the header, the byte offset of the first row.
+    consumed: u64,
 }
 
 impl TableReader<BufReader<File>> {
@@ -137,9 +163,14 @@ impl TableReader<BufReader<File>> {
     /// [`Error::Io`] when the file cannot be opened or read; see [`TableReader::new`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let f = File::open(path).map_err(|e| Error::io(path, e))?;
-        TableReader::new(BufReader::with_capacity(1 << 16, f), path)
+        TableReader::new(open_buffered(path)?, path)
     }
+}
+
+/// Opens `path` for one of the streaming readers (64 KiB buffer).
+pub(crate) fn open_buffered(path: &Path) -> Result<BufReader<File>> {
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    Ok(BufReader::with_capacity(1 << 16, f))
 }
 
 impl<R: BufRead> TableReader<R> {
@@ -167,6 +198,7 @@ impl<R: BufRead> TableReader<R> {
             header_raw: Vec::new(),
             last_complete: true,
             header_cut: None,
+            consumed: 0,
         };
         loop {
             if !t.read_raw()? {
@@ -240,6 +272,22 @@ impl<R: BufRead> TableReader<R> {
     /// The label errors use for this source.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The header row as it stands in the file (line end stripped); repetitions are skipped.
+    pub(crate) fn header_raw(&self) -> &[u8] {
+        &self.header_raw
+    }
+
+    /// Bytes read from the source so far; right after [`TableReader::new`] this is where the
+    /// first row starts.
+    pub(crate) fn bytes_consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// The source, positioned at the first byte not read yet (buffered bytes included).
+    pub(crate) fn into_source(self) -> R {
+        self.src
     }
 
     /// Whether the last line read ended with a newline. `false` means it was the file's last
@@ -316,47 +364,59 @@ impl<R: BufRead> TableReader<R> {
         if n == 0 {
             return Ok(false);
         }
+        self.consumed += n as u64;
         self.line_no += 1;
         self.last_complete = self.raw.last() == Some(&b'\n');
         if self.raw.len() > MAX_LINE_BYTES {
             // Not a line cut short at the end of the file: a hard error, never a
             // truncation flag.
             self.last_complete = true;
-            return Err(Error::line(
-                &self.path,
-                self.line_no,
-                format!(
-                    "line longer than {} MiB: this is not a bmoe telemetry file (or it is corrupted)",
-                    MAX_LINE_BYTES >> 20
-                ),
-            ));
+            return Err(line_too_long(&self.path, self.line_no));
         }
         Ok(true)
     }
+}
+
+/// The error for a line longer than [`MAX_LINE_BYTES`]: never a truncation, always fatal.
+pub(crate) fn line_too_long(path: &Path, line: u64) -> Error {
+    Error::line(
+        path,
+        line,
+        format!(
+            "line longer than {} MiB: this is not a bmoe telemetry file (or it is corrupted)",
+            MAX_LINE_BYTES >> 20
+        ),
+    )
 }
 
 /// Splits `line` (which starts at offset `base` of its buffer) into field spans.
 ///
 /// Returns `true` when the spans index the line's own buffer (no quote on the line: the hot
 /// path, no copy), `false` when they index `fields`, which then holds the unquoted bytes.
-fn split_line(
+pub(crate) fn split_line(
     line: &[u8],
     base: usize,
     spans: &mut Vec<(usize, usize)>,
     fields: &mut Vec<u8>,
 ) -> std::result::Result<bool, &'static str> {
     spans.clear();
-    if !line.contains(&b'"') {
-        let mut start = 0;
-        for (i, &b) in line.iter().enumerate() {
-            if b == b',' {
-                spans.push((base + start, base + i));
-                start = i + 1;
-            }
+    // The hot path: no quote on the line, fields are spans of it (one pass, no copy).
+    let mut start = 0;
+    let mut quoted = false;
+    for (i, &b) in line.iter().enumerate() {
+        if b == b',' {
+            spans.push((base + start, base + i));
+            start = i + 1;
+        } else if b == b'"' {
+            quoted = true;
+            break;
         }
+    }
+    if !quoted {
         spans.push((base + start, base + line.len()));
         return Ok(true);
     }
+    spans.clear();
     fields.clear();
     let mut i = 0;
     let n = line.len();
@@ -457,7 +517,7 @@ impl RowCursor {
             }
             Err(e) => {
                 self.done = true;
-                if !table.last_line_complete() && !matches!(e, Error::Io { .. }) {
+                if is_cut_short(&e, table.last_line_complete()) {
                     self.truncated = Some(Truncated {
                         line: table.line_no(),
                         reason: e.to_string(),
@@ -469,6 +529,13 @@ impl RowCursor {
             }
         }
     }
+}
+
+/// The end-of-file rule, stated once for every reader of this crate: an error on a line that
+/// has no newline (necessarily the file's last) means the file was cut short by a killed
+/// writer — reported as [`Truncated`], not a failure — unless the OS failed the read.
+pub(crate) fn is_cut_short(e: &Error, line_complete: bool) -> bool {
+    !line_complete && !matches!(e, Error::Io { .. })
 }
 
 /// Reads an optional column: `Ok(None)` when the header lacks it or the cell is empty.
@@ -503,7 +570,26 @@ pub(crate) fn req_cell<T: crate::cell::Cell>(
     T::parse(b).ok_or_else(|| Error::field(path, f.line, column, T::EXPECTED, b))
 }
 
-fn short_row(f: &Fields<'_>, path: &Path, column: &str) -> Error {
+/// Reads a required column holding a small code (`phase`, `residency`) and refuses values the
+/// contract does not define; `expected` names the valid ones.
+pub(crate) fn req_code(
+    idx: usize,
+    f: &Fields<'_>,
+    path: &Path,
+    column: &str,
+    max: u8,
+    expected: &str,
+) -> Result<u8> {
+    let Some(b) = f.get(idx) else {
+        return Err(short_row(f, path, column));
+    };
+    <u8 as crate::cell::Cell>::parse(b)
+        .filter(|&v| v <= max)
+        .ok_or_else(|| Error::field(path, f.line, column, expected, b))
+}
+
+/// The error for a row that ends before `column`.
+pub(crate) fn short_row(f: &Fields<'_>, path: &Path, column: &str) -> Error {
     Error::field(
         path,
         f.line,

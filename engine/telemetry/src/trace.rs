@@ -48,15 +48,21 @@ use std::path::{Path, PathBuf};
 
 use crate::cell::{Cell, SHORTEST};
 use crate::error::{Error, Result};
-use crate::kv::{KvMap, format_pair, parse_kv_line};
+use crate::kv::{KvMap, format_set_pairs, parse_kv_line};
 use crate::table::{
-    Fields, Line, Preamble, RowCursor, TableReader, Truncated, opt_cell, quote_field, req_cell,
+    Fields, Line, Preamble, RowCursor, TableReader, Truncated, open_buffered, opt_cell,
+    quote_field, req_cell, req_code, short_row,
 };
 
 /// `phase` value of a prefill row (one batched decode over many tokens).
 pub const PHASE_PREFILL: u8 = 0;
 /// `phase` value of a decode row (one token per step).
 pub const PHASE_DECODE: u8 = 1;
+
+/// What a `phase` cell may hold (the error text for anything else).
+const PHASE_EXPECTED: &str = "expected 0 (prefill) or 1 (decode)";
+/// What a `residency` cell may hold.
+const RESIDENCY_EXPECTED: &str = "expected 0 (miss), 1 (hit) or 2 (prefetch hit)";
 
 /// Significant digits of the route trace's `weight` column (`%.6g`, as recorded traces have).
 pub const WEIGHT_SIGNIFICANT_DIGITS: usize = 6;
@@ -156,13 +162,8 @@ fn set_typed<T: Cell>(
     Ok(())
 }
 
-fn push_pair(line: &mut String, k: &str, v: &str) -> Result<()> {
-    line.push(' ');
-    line.push_str(&format_pair(k, v)?);
-    Ok(())
-}
-
-fn num<T: Cell>(v: &T) -> String {
+/// A preamble number as the writer spells it.
+fn num<T: Cell>(v: T) -> String {
     let mut s = String::new();
     v.write(&mut s, SHORTEST);
     s
@@ -205,22 +206,10 @@ pub struct RouteTraceInfo {
 impl TraceInfo for RouteTraceInfo {
     fn from_preamble(p: &Preamble, path: &Path) -> Result<Self> {
         let mut info = RouteTraceInfo::default();
-        for (i, line) in p.lines.iter().enumerate() {
-            let no = p.line_numbers.get(i).copied().unwrap_or(0);
-            let kv = parse_kv_line(line);
+        for (no, kv) in p.kv_lines() {
             if kv.words.is_empty() && kv.pairs.iter().next().is_some_and(|(k, _)| k == "layer") {
-                let get = |key: &str| -> Result<u64> {
-                    let v = kv.pairs.get(key).ok_or_else(|| {
-                        Error::field(path, no, key, "missing from the per-layer line", b"")
-                    })?;
-                    <u64 as Cell>::parse(v.as_bytes())
-                        .ok_or_else(|| Error::field(path, no, key, u64::EXPECTED, v.as_bytes()))
-                };
-                info.layers.push(LayerBytes {
-                    layer: get("layer")?,
-                    expert_bytes: get("expert_bytes")?,
-                    dense_bytes: get("dense_bytes")?,
-                });
+                info.layers
+                    .push(LayerBytes::from_pairs(&kv.pairs, path, no)?);
                 continue;
             }
             for (k, v) in kv.pairs.iter() {
@@ -238,36 +227,41 @@ impl TraceInfo for RouteTraceInfo {
     }
 
     fn to_lines(&self) -> Result<Vec<String>> {
-        let mut line = String::from("#");
-        if let Some(v) = &self.model {
-            push_pair(&mut line, "model", v)?;
-        }
-        if let Some(v) = &self.arch {
-            push_pair(&mut line, "arch", v)?;
-        }
-        for (k, v) in [
-            ("n_layer", self.n_layer),
-            ("n_expert", self.n_expert),
-            ("n_expert_used", self.n_expert_used),
-        ] {
-            if let Some(v) = v {
-                push_pair(&mut line, k, &num(&v))?;
-            }
-        }
-        for (k, v) in self.extra.iter() {
-            push_pair(&mut line, k, v)?;
-        }
-        let mut out = Vec::with_capacity(1 + self.layers.len());
-        if line.len() > 1 {
-            out.push(line);
-        }
-        for l in &self.layers {
-            out.push(format!(
+        let model_line = format_set_pairs(
+            [
+                ("model", self.model.clone()),
+                ("arch", self.arch.clone()),
+                ("n_layer", self.n_layer.map(num)),
+                ("n_expert", self.n_expert.map(num)),
+                ("n_expert_used", self.n_expert_used.map(num)),
+            ],
+            &self.extra,
+        )?;
+        let layer_lines = self.layers.iter().map(|l| {
+            format!(
                 "# layer={} expert_bytes={} dense_bytes={}",
                 l.layer, l.expert_bytes, l.dense_bytes
-            ));
-        }
-        Ok(out)
+            )
+        });
+        Ok(model_line.into_iter().chain(layer_lines).collect())
+    }
+}
+
+impl LayerBytes {
+    /// Reads a `# layer= expert_bytes= dense_bytes=` line's pairs; all three are required.
+    fn from_pairs(pairs: &KvMap, path: &Path, line: u64) -> Result<Self> {
+        let get = |key: &str| -> Result<u64> {
+            let v = pairs.get(key).ok_or_else(|| {
+                Error::field(path, line, key, "missing from the per-layer line", b"")
+            })?;
+            <u64 as Cell>::parse(v.as_bytes())
+                .ok_or_else(|| Error::field(path, line, key, u64::EXPECTED, v.as_bytes()))
+        };
+        Ok(LayerBytes {
+            layer: get("layer")?,
+            expert_bytes: get("expert_bytes")?,
+            dense_bytes: get("dense_bytes")?,
+        })
     }
 }
 
@@ -312,13 +306,13 @@ impl TraceRow for RouteRow {
         let ix = |i: usize| m[i].unwrap_or(usize::MAX);
         Ok(RouteRow {
             turn: req_cell(ix(0), f, path, c[0])?,
-            phase: req_cell(ix(1), f, path, c[1])?,
+            phase: req_code(ix(1), f, path, c[1], PHASE_DECODE, PHASE_EXPECTED)?,
             step: req_cell(ix(2), f, path, c[2])?,
             layer: req_cell(ix(3), f, path, c[3])?,
             slot: req_cell(ix(4), f, path, c[4])?,
             expert: req_cell(ix(5), f, path, c[5])?,
             weight: req_cell(ix(6), f, path, c[6])?,
-            residency: req_cell(ix(7), f, path, c[7])?,
+            residency: req_code(ix(7), f, path, c[7], 2, RESIDENCY_EXPECTED)?,
             expert_bytes: req_cell(ix(8), f, path, c[8])?,
             dropped: opt_cell(m[9], f, path, c[9])?,
         })
@@ -368,9 +362,8 @@ pub struct DecodeTraceInfo {
 impl TraceInfo for DecodeTraceInfo {
     fn from_preamble(p: &Preamble, path: &Path) -> Result<Self> {
         let mut info = DecodeTraceInfo::default();
-        for (i, line) in p.lines.iter().enumerate() {
-            let no = p.line_numbers.get(i).copied().unwrap_or(0);
-            for (k, v) in parse_kv_line(line).pairs.iter() {
+        for (no, kv) in p.kv_lines() {
+            for (k, v) in kv.pairs.iter() {
                 match k {
                     "model" => info.model = Some(v.to_string()),
                     "arch" => info.arch = Some(v.to_string()),
@@ -387,35 +380,19 @@ impl TraceInfo for DecodeTraceInfo {
     }
 
     fn to_lines(&self) -> Result<Vec<String>> {
-        let mut line = String::from("#");
-        if let Some(v) = &self.model {
-            push_pair(&mut line, "model", v)?;
-        }
-        if let Some(v) = &self.arch {
-            push_pair(&mut line, "arch", v)?;
-        }
-        for (k, v) in [
-            ("n_layer", self.n_layer),
-            ("n_threads", self.n_threads),
-            ("io_threads", self.io_threads),
-        ] {
-            if let Some(v) = v {
-                push_pair(&mut line, k, &num(&v))?;
-            }
-        }
-        for (k, v) in [("o_direct", self.o_direct), ("overlap", self.overlap)] {
-            if let Some(v) = v {
-                push_pair(&mut line, k, &num(&v))?;
-            }
-        }
-        for (k, v) in self.extra.iter() {
-            push_pair(&mut line, k, v)?;
-        }
-        Ok(if line.len() > 1 {
-            vec![line]
-        } else {
-            Vec::new()
-        })
+        let line = format_set_pairs(
+            [
+                ("model", self.model.clone()),
+                ("arch", self.arch.clone()),
+                ("n_layer", self.n_layer.map(num)),
+                ("n_threads", self.n_threads.map(num)),
+                ("io_threads", self.io_threads.map(num)),
+                ("o_direct", self.o_direct.map(num)),
+                ("overlap", self.overlap.map(num)),
+            ],
+            &self.extra,
+        )?;
+        Ok(line.into_iter().collect())
     }
 }
 
@@ -452,15 +429,7 @@ impl ComputeRow {
 }
 
 fn req_string(idx: usize, f: &Fields<'_>, path: &Path, column: &str) -> Result<String> {
-    let b = f.get(idx).ok_or_else(|| {
-        Error::field(
-            path,
-            f.line,
-            column,
-            format!("missing: the row has only {} fields", f.len()),
-            b"",
-        )
-    })?;
+    let b = f.get(idx).ok_or_else(|| short_row(f, path, column))?;
     std::str::from_utf8(b)
         .map(str::to_string)
         .map_err(|_| Error::field(path, f.line, column, "not valid UTF-8", b))
@@ -593,6 +562,14 @@ pub struct TraceReader<R, T: TraceRow> {
     _row: PhantomData<T>,
 }
 
+/// What [`TraceReader::into_head`] returns.
+pub(crate) struct TraceHead<R, T: TraceRow> {
+    pub(crate) table: TableReader<R>,
+    pub(crate) info: T::Info,
+    pub(crate) map: Vec<Option<usize>>,
+    pub(crate) truncated: Option<Truncated>,
+}
+
 /// A route trace reader over a file.
 pub type RouteTraceReader = TraceReader<BufReader<File>, RouteRow>;
 /// A compute trace reader over a file.
@@ -607,8 +584,7 @@ impl<T: TraceRow> TraceReader<BufReader<File>, T> {
     /// As [`TraceReader::new`], plus [`Error::Io`] when it cannot be opened.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let f = File::open(path).map_err(|e| Error::io(path, e))?;
-        TraceReader::new(BufReader::with_capacity(1 << 16, f), path)
+        TraceReader::new(open_buffered(path)?, path)
     }
 }
 
@@ -658,6 +634,18 @@ impl<R: BufRead, T: TraceRow> TraceReader<R, T> {
             cursor: RowCursor::new(cut),
             _row: PhantomData,
         })
+    }
+
+    /// Takes the reader apart after its header: the table (positioned at the first row), the
+    /// typed preamble, the header index of each of `T::COLUMNS`, and a cut found in the header.
+    /// The columnar reader continues from here, so both read the head one way.
+    pub(crate) fn into_head(self) -> TraceHead<R, T> {
+        TraceHead {
+            truncated: self.cursor.truncated,
+            table: self.table,
+            info: self.info,
+            map: self.map,
+        }
     }
 
     /// The typed preamble.
