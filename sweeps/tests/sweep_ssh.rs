@@ -272,6 +272,29 @@ fn ssh_device_stages_runs_and_pulls_back() {
     let o = run(t.path(), &["sweep", "r.toml", "-o", "res3"]);
     assert!(o.status.success(), "{}", text(&o));
     assert_ne!(std::fs::read_to_string(&staged[0]).expect("read"), "broken");
+
+    // A session cell over ssh: requests go through the ssh pipe one turn at a time and the
+    // answers come back on its stdout.
+    let session = manifest(&sshd, 1).replace(
+        "axes = { cache = [1, 2] }",
+        "session = { prompts = [\"one\", \"two\"], n_predict = 2 }",
+    );
+    std::fs::write(t.path().join("sess.toml"), session).expect("write");
+    let o = run(t.path(), &["sweep", "sess.toml", "-o", "res4"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let recs = records(&t.path().join("res4"));
+    assert_eq!(recs.len(), 1);
+    let turns = recs[0]["turns"].as_array().expect("turns");
+    let states: Vec<&str> = turns
+        .iter()
+        .map(|t| t["status"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(states, ["done", "done"], "{}", recs[0]);
+    assert_eq!(
+        recs[0]["tokens"], 4,
+        "CSV of both turns pulled back: {}",
+        recs[0]
+    );
 }
 
 #[test]
