@@ -251,6 +251,37 @@ fn hash_blocks(stderr: &str) -> Vec<Vec<(i64, String)>> {
     blocks
 }
 
+/// The keys of a JSON object's top level, in file order (serde_json's map sorts them).
+fn top_level_keys(json: &str) -> Vec<String> {
+    let (mut keys, mut depth, mut in_str, mut escaped) = (Vec::new(), 0, false, false);
+    let mut current = String::new();
+    let mut last_string = String::new();
+    for c in json.chars() {
+        if in_str {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => {
+                    in_str = false;
+                    last_string = std::mem::take(&mut current);
+                    continue;
+                }
+                _ => {}
+            }
+            current.push(c);
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            ':' if depth == 1 => keys.push(std::mem::take(&mut last_string)),
+            _ => {}
+        }
+    }
+    keys
+}
+
 fn template() -> ChatTemplate {
     ChatTemplate::new(CHAT_TEMPLATE, "<|endoftext|>", "<|endoftext|>").unwrap()
 }
@@ -273,6 +304,56 @@ fn three_turn_conversation_reuses_the_kv_and_answers_as_one_shot_does() {
         s.send(&generate(i as i64 + 1, p, 10, i == 0));
         done.push(s.done(i as i64 + 1));
     }
+    // every key of the seed's BMOE_READY and BMOE_DONE, in the seed's order
+    let keys = |tag: &str| {
+        top_level_keys(&s.seen.iter().find(|l| l.starts_with(tag)).unwrap()[tag.len()..])
+    };
+    assert_eq!(
+        keys("BMOE_READY "),
+        ["load_s", "arch", "n_ctx", "think_ctl", "n_expert_used"]
+    );
+    assert_eq!(
+        keys("BMOE_DONE "),
+        [
+            "id",
+            "cancelled",
+            "tokens",
+            "tok_s",
+            "prefill_s",
+            "prefill_tps",
+            "load_s",
+            "cache_hit_pct",
+            "n_prompt",
+            "n_past",
+            "compute_s_tok",
+            "io_s_tok",
+            "cache_resident_mib",
+            "cache_budget_mib",
+            "read_mib",
+            "stall_s_tok",
+            "mgmt_s_tok",
+            "majflt_tok",
+            "cpu_s_tok",
+            "prefill_cpu_s",
+            "prefill_read_mib",
+            "prefill_io_s",
+            "prefill_stall_s",
+            "prefill_mgmt_s",
+            "prefill_dev_tokens",
+            "prefill_dev_nodes",
+            "prefill_dev_read_mib",
+            "prefill_dev_stall_s",
+            "token_demand_mib",
+            "mtp_drafted",
+            "mtp_accepted",
+            "mtp_decodes",
+            "mtp_draft_s_tok",
+            "drafted_steps",
+            "loop_overhead_s_tok",
+            "reasoning",
+            "text"
+        ]
+    );
     let (status, rest, stderr) = s.end();
     assert!(status.success() && rest.is_empty(), "{rest:?}");
 
