@@ -688,6 +688,8 @@ fn session_csv_and_route_trace_span_the_turns() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let csv = dir.path().join("session.csv");
     let route = dir.path().join("route.csv");
+    let io = dir.path().join("io.csv");
+    let compute = dir.path().join("compute.csv");
     let mut s = Session::start(&[
         "--moe-stream",
         "--cache-mb",
@@ -696,6 +698,10 @@ fn session_csv_and_route_trace_span_the_turns() {
         csv.to_str().unwrap(),
         "--route-trace",
         route.to_str().unwrap(),
+        "--io-trace",
+        io.to_str().unwrap(),
+        "--compute-trace-layers",
+        compute.to_str().unwrap(),
     ]);
     s.ready();
     let mut tokens = Vec::new();
@@ -720,13 +726,21 @@ fn session_csv_and_route_trace_span_the_turns() {
         assert_eq!(t.get("tokens"), Some(n.to_string().as_str()));
     }
 
-    let trace = std::fs::read_to_string(&route).unwrap();
-    assert_eq!(trace.matches("# route_trace v1").count(), 1);
-    for turn in 0..3 {
-        assert!(
-            trace.lines().any(|l| l.starts_with(&format!("{turn},"))),
-            "route trace has no rows for turn {turn}"
-        );
+    // every trace: one preamble, rows of every turn (the cache holds the experts after turn 1,
+    // so the io trace — one row per read — only has to show turn 0)
+    for (path, magic, turns) in [
+        (&route, "# route_trace v1", 3),
+        (&compute, "# compute_trace v1", 3),
+        (&io, "# io_trace v1", 1),
+    ] {
+        let trace = std::fs::read_to_string(path).unwrap();
+        assert_eq!(trace.matches(magic).count(), 1, "{magic}");
+        for turn in 0..turns {
+            assert!(
+                trace.lines().any(|l| l.starts_with(&format!("{turn},"))),
+                "{magic}: no rows for turn {turn}"
+            );
+        }
     }
 }
 
