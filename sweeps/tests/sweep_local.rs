@@ -663,6 +663,17 @@ session = { prompts = ["Hello", "DIE now", "never sent"] }
     let avg: f64 = q_rows[2][col("avg_ts")].parse().expect("avg_ts");
     assert!((avg - t2).abs() < 1e-9, "{csv}");
     assert_eq!(q_rows[2][col("n_prompt")], "20");
+    // findings.md carries the per-turn table and names the refused turn among the caveats.
+    let o = run(t.path(), &["report", "res", "--findings"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let findings = std::fs::read_to_string(t.path().join("res/findings.md")).expect("findings");
+    assert!(findings.contains("Per turn (session cells):"), "{findings}");
+    assert!(
+        findings.contains(
+            "- `tiny` r1: session turn 2 (request 2) was refused by the engine — refused;"
+        ),
+        "{findings}"
+    );
 }
 
 #[test]

@@ -202,6 +202,29 @@ pub fn skeleton(r: &Report) -> String {
             );
             any = true;
         }
+        for t in x
+            .turns
+            .iter()
+            .filter(|t| matches!(t.status.as_str(), "error" | "cancelled"))
+        {
+            let _ = writeln!(
+                s,
+                "- `{}` {}: session turn {} (request {}) {}{}; its tokens, if any, are in the cell's figures.",
+                x.cell,
+                x.rep,
+                t.turn,
+                t.id,
+                if t.status == "error" {
+                    "was refused by the engine"
+                } else {
+                    "was cancelled"
+                },
+                t.error
+                    .as_ref()
+                    .map_or(String::new(), |e| format!(" — {e}"))
+            );
+            any = true;
+        }
         if x.gate_met == Some(false) {
             let _ = writeln!(
                 s,
