@@ -142,6 +142,18 @@ fn map_key(k: &KeyEvent) -> Option<Action> {
     })
 }
 
+/// Session mode: pasted text goes into the prompt line, its line breaks as spaces (the prompt
+/// line is one line, and a pasted newline must not send half a prompt).
+pub fn paste(app: &mut App, text: &str) {
+    app.dirty = true;
+    app.composer.notice = None;
+    let flat: String = text
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    app.composer.input.push_str(&flat);
+}
+
 /// Applies an action to the state. Interrupt and quit are only recorded here, and Send and
 /// Cancel do nothing: the event loop owns the child process and its stdin, and acts on them
 /// (through [`App::submit`] / [`App::cancel`]).
@@ -275,6 +287,8 @@ mod tests {
         assert!(!app.composer.think);
         apply(&mut app, Action::ClearInput);
         assert!(app.composer.input.is_empty());
+        paste(&mut app, "two\nlines");
+        assert_eq!(app.composer.input, "two lines");
     }
 
     #[test]

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
-use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
+use crossterm::event::{
+    DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture,
+};
 use crossterm::execute;
 
 use bmoe_top::decode::LineDecoder;
@@ -197,6 +199,10 @@ fn run() -> Result<()> {
 
     let mut terminal = ratatui::init();
     let _ = execute!(std::io::stdout(), EnableMouseCapture);
+    if app.kind == SourceKind::Session {
+        // A pasted prompt arrives whole, so its newlines do not send it line by line.
+        let _ = execute!(std::io::stdout(), EnableBracketedPaste);
+    }
     source::terminal(&tx);
     let mut ends = Ends {
         child: &mut child,
@@ -211,7 +217,11 @@ fn run() -> Result<()> {
         cli.fps,
         &signals,
     );
-    let _ = execute!(std::io::stdout(), DisableMouseCapture);
+    let _ = execute!(
+        std::io::stdout(),
+        DisableMouseCapture,
+        DisableBracketedPaste
+    );
     ratatui::restore();
     if let Some(w) = writer.as_mut() {
         // A session ends the way the contract says: `close` (and EOF); the engine gets a moment
@@ -376,6 +386,9 @@ fn handle(
             if ends.child.is_none() {
                 app.push(Event::Ended(why));
             }
+        }
+        Msg::Term(crossterm::event::Event::Paste(text)) if app.kind == SourceKind::Session => {
+            keys::paste(app, &text);
         }
         Msg::Term(ev) => {
             let action = if app.kind == SourceKind::Session {

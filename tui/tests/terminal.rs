@@ -595,7 +595,20 @@ fn session_with_the_real_engine_answers_cancels_and_continues() {
 
     // The session is still usable: a third prompt continues the chat and is answered.
     t.type_line("/n 4");
-    t.type_line("and again");
+    // Pasted (bracketed paste, as a terminal pastes): the line break must not send half of it.
+    let tmux = |args: &[&str]| {
+        let ok = Command::new("tmux")
+            .args(["-L", &t.socket])
+            .args(args)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux {args:?}");
+    };
+    tmux(&["set-buffer", "and\nagain"]);
+    tmux(&["paste-buffer", "-p", "-t", "t"]);
+    t.wait_for("pasted prompt", |s| s.contains(" › and again█"));
+    t.keys(&["Enter"]);
     let s = t.wait_long("third answer", 120, |s| s.contains("#3 done, 4 tokens"));
     assert!(s.contains("› and again"), "{s}");
     assert!(!s.contains("new chat ──"), "one conversation: {s}");
