@@ -28,7 +28,7 @@ struct Entry {
 
 fn phase_cells(t: &RouteTrace, phase: u8) -> Vec<Vec<Entry>> {
     let rows = &t.rows;
-    let mut id_of: HashMap<(i32, i32, u16), usize> = HashMap::new();
+    let mut id_of: HashMap<(u32, i32, u16), usize> = HashMap::new();
     let mut cells: Vec<Vec<Entry>> = Vec::new();
     for r in 0..rows.len() {
         if rows.phase[r] != phase || rows.weight[r].is_nan() {
@@ -44,8 +44,8 @@ fn phase_cells(t: &RouteTrace, phase: u8) -> Vec<Vec<Entry>> {
             slot: rows.slot[r],
             weight: rows.weight[r],
             miss: rows.residency[r] == 0,
-            bytes: rows.bytes[r],
-            dropped: rows.dropped[r] != 0,
+            bytes: rows.expert_bytes[r],
+            dropped: rows.dropped[r],
         });
     }
     cells

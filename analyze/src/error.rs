@@ -70,10 +70,34 @@ impl AnalyzeError {
         }
     }
 
-    /// Wrap an error of the `bmoe-telemetry` readers (it already names file and line).
+    /// Wrap an error of the `bmoe-telemetry` readers (it already names file and line): a bad
+    /// row or line keeps its text and gets the malformed-line hint; a file of another kind
+    /// (wrong magic line, missing column) gets the wrong-file hint.
     pub fn from_telemetry(path: &Path, err: bmoe_telemetry::Error) -> Self {
+        use bmoe_telemetry::Error as E;
         match err {
-            bmoe_telemetry::Error::Io { source, .. } => Self::io(path, source),
+            E::Io { source, .. } => Self::io(path, source),
+            E::Field {
+                path,
+                line,
+                column,
+                message,
+                found,
+            } => Self::Malformed {
+                path,
+                line: usize::try_from(line).unwrap_or(usize::MAX),
+                what: format!("column `{column}`: {message} (found {found:?})"),
+            },
+            // Line 1 names the magic line: the file is of another kind.
+            E::Line {
+                path,
+                line,
+                message,
+            } if line > 1 => Self::Malformed {
+                path,
+                line: usize::try_from(line).unwrap_or(usize::MAX),
+                what: message,
+            },
             other => Self::Telemetry(other.to_string()),
         }
     }

@@ -211,6 +211,35 @@ impl RunStats {
     fn stall(&self) -> String {
         self.stall_ms.map_or_else(|| DASH.to_string(), |s| f(s, 1))
     }
+
+    /// The throughput figures as both layouts print them: decode tok/s mean, min, max, median
+    /// and p95, prefill tok/s, TTFT s, cache hit, flash MiB/token, stall ms/token.
+    fn throughput_cells(&self) -> [String; 10] {
+        [
+            f(self.mean_tps, 2),
+            f(self.min(), 2),
+            f(self.max(), 2),
+            f(self.median(), 2),
+            f(self.p95(), 2),
+            f(self.prefill_tps, 2),
+            f(self.ttft_s, 1),
+            self.hit(),
+            f(self.read_mib_tok, 0),
+            self.stall(),
+        ]
+    }
+
+    /// The device-pressure figures: peak RSS and free-RAM floor (GB), CPU temperature at start
+    /// and at most, battery temperature at most (°C).
+    fn pressure_cells(&self) -> [String; 5] {
+        [
+            f(self.peak_rss_gb, 2),
+            f(self.ram_floor_gb, 2),
+            f(self.cpu_start_c, 1),
+            f(self.cpu_max_c, 1),
+            f(self.batt_max_c, 1),
+        ]
+    }
     fn sizing(&self) -> bool {
         self.cache_budget_mib > 0.0 || self.spec_read_mib_tok > 0.0
     }
@@ -255,19 +284,10 @@ pub fn bench_dir(dir: &Path) -> Result<(String, String, Vec<RunStats>)> {
         );
         for (label, r) in &runs {
             let Some(r) = r else { continue };
+            let [mean, min, max, med, p95, pref, ttft, hit, mib, stall] = r.throughput_cells();
             let _ = writeln!(
                 out,
-                "{label:<36} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}M {:>7}",
-                f(r.mean_tps, 2),
-                f(r.min(), 2),
-                f(r.max(), 2),
-                f(r.median(), 2),
-                f(r.p95(), 2),
-                f(r.prefill_tps, 2),
-                f(r.ttft_s, 1),
-                r.hit(),
-                f(r.read_mib_tok, 0),
-                r.stall()
+                "{label:<36} {mean:>6} {min:>6} {max:>6} {med:>6} {p95:>6} {pref:>6} {ttft:>6} {hit:>5} {mib:>5}M {stall:>7}",
             );
         }
         let _ = writeln!(out, "\n===== {upper} {DASH} device pressure =====");
@@ -278,14 +298,10 @@ pub fn bench_dir(dir: &Path) -> Result<(String, String, Vec<RunStats>)> {
         );
         for (label, r) in &runs {
             let Some(r) = r else { continue };
+            let [rss, floor, cpu0, cpu_max, batt_max] = r.pressure_cells();
             let _ = writeln!(
                 out,
-                "{label:<36} {:>6}GB {:>7}GB {:>5}C {:>6}C {:>7}C",
-                f(r.peak_rss_gb, 2),
-                f(r.ram_floor_gb, 2),
-                f(r.cpu_start_c, 1),
-                f(r.cpu_max_c, 1),
-                f(r.batt_max_c, 1)
+                "{label:<36} {rss:>6}GB {floor:>7}GB {cpu0:>5}C {cpu_max:>6}C {batt_max:>7}C",
             );
         }
         let sizing = runs
@@ -310,19 +326,11 @@ pub fn bench_dir(dir: &Path) -> Result<(String, String, Vec<RunStats>)> {
                     let _ = writeln!(md, "| {label} |{}", format!(" {DASH} |").repeat(10));
                 }
                 Some(r) => {
+                    let [mean, min, max, med, p95, pref, ttft, hit, mib, stall] =
+                        r.throughput_cells();
                     let _ = writeln!(
                         md,
-                        "| {label} | **{}** | {} | {} | {} | {} | {} | {} | {} | {} MiB | {} |",
-                        f(r.mean_tps, 2),
-                        f(r.min(), 2),
-                        f(r.max(), 2),
-                        f(r.median(), 2),
-                        f(r.p95(), 2),
-                        f(r.prefill_tps, 2),
-                        f(r.ttft_s, 1),
-                        r.hit(),
-                        f(r.read_mib_tok, 0),
-                        r.stall()
+                        "| {label} | **{mean}** | {min} | {max} | {med} | {p95} | {pref} | {ttft} | {hit} | {mib} MiB | {stall} |",
                     );
                 }
             }
@@ -336,14 +344,10 @@ pub fn bench_dir(dir: &Path) -> Result<(String, String, Vec<RunStats>)> {
                     let _ = writeln!(md, "| {label} |{}", format!(" {DASH} |").repeat(5));
                 }
                 Some(r) => {
+                    let [rss, floor, cpu0, cpu_max, batt_max] = r.pressure_cells();
                     let _ = writeln!(
                         md,
-                        "| {label} | {} GB | {} GB | {} \u{b0}C | {} \u{b0}C | {} \u{b0}C |",
-                        f(r.peak_rss_gb, 2),
-                        f(r.ram_floor_gb, 2),
-                        f(r.cpu_start_c, 1),
-                        f(r.cpu_max_c, 1),
-                        f(r.batt_max_c, 1)
+                        "| {label} | {rss} GB | {floor} GB | {cpu0} \u{b0}C | {cpu_max} \u{b0}C | {batt_max} \u{b0}C |",
                     );
                 }
             }

@@ -194,7 +194,7 @@ pub fn matrix(out: &mut String, t: &RouteTrace, cells: &Cells, opt: &MatrixOptio
                     .collect::<Vec<_>>()
                     .join(" "),
                 CellMode::Mb => {
-                    let b: u64 = rows.iter().map(|&r| t.rows.bytes[r as usize]).sum();
+                    let b: u64 = rows.iter().map(|&r| t.rows.expert_bytes[r as usize]).sum();
                     f(b as f64 / 1_048_576.0, 1)
                 }
                 CellMode::Hit => rows

@@ -563,7 +563,7 @@ pub fn bytes(out: &mut String, t: &RouteTrace, cells: &Cells) {
     for (li, list) in cells.by_layer.iter().enumerate() {
         for &c in list {
             for &r in cells.rows(c) {
-                per_layer[li] += t.rows.bytes[r as usize];
+                per_layer[li] += t.rows.expert_bytes[r as usize];
             }
         }
         total += per_layer[li];
