@@ -5,12 +5,14 @@
 //! The text renderers reproduce the reference scripts byte for byte (see
 //! `/work/shared/specs/analysis.md`); every deliberate difference is listed in `docs/analyze.md`.
 
+pub mod convert;
 pub mod decode;
 pub mod drop;
 pub mod error;
 pub mod metrics;
 mod mt19937;
 pub mod plot;
+pub mod preamble;
 pub mod pyfmt;
 pub mod replay;
 pub mod route;

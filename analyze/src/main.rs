@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use bmoe_analyze::route::{
     self, CellMode, MatrixOptions, Phase, RouteFilter, RouteTrace, Span, View,
 };
-use bmoe_analyze::{AnalyzeError, Result, decode, drop, metrics, plot, replay, table};
+use bmoe_analyze::{AnalyzeError, Result, convert, decode, drop, metrics, plot, replay, table};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -37,6 +37,8 @@ enum Command {
     Io(IoArgs),
     /// Metrics CSVs: bench-analyze tables for a session directory, per-run bootstrap CIs.
     Metrics(MetricsArgs),
+    /// A trace or metrics CSV as a typed Parquet or Arrow IPC file (preamble kept as metadata).
+    Convert(ConvertArgs),
 }
 
 #[derive(Args, Debug)]
@@ -223,7 +225,7 @@ fn run_route(a: &RouteArgs) -> Result<String> {
             hint: "use --format json|csv with --view hot or --view reuse".into(),
         });
     }
-    let trace = read_route(&a.trace, filter)?;
+    let trace = RouteTrace::read(&a.trace, filter)?;
     let opt = route::RouteOptions {
         view: a.view,
         filter,
@@ -264,19 +266,6 @@ fn run_route(a: &RouteArgs) -> Result<String> {
     Ok(text)
 }
 
-/// Reads a route trace; a last line cut short (a killed writer) is left out and said on stderr.
-fn read_route(path: &std::path::Path, filter: RouteFilter) -> Result<RouteTrace> {
-    let trace = RouteTrace::read(path, filter)?;
-    if let Some(cut) = &trace.truncated {
-        eprintln!(
-            "note: {}: line {} has no line end and does not parse (the writer was killed?); it was left out",
-            path.display(),
-            cut.line
-        );
-    }
-    Ok(trace)
-}
-
 fn view_name(v: View) -> String {
     v.to_possible_value()
         .map_or_else(|| format!("{v:?}"), |p| p.get_name().to_string())
@@ -288,7 +277,7 @@ fn run_replay(a: &ReplayArgs) -> Result<String> {
     }
     let budgets = replay::parse_budgets(&a.budgets)?;
     let policies = replay::Policy::parse_list(&a.policies)?;
-    let trace = read_route(
+    let trace = RouteTrace::read(
         &a.trace,
         RouteFilter {
             turn: a.turn,
@@ -332,7 +321,7 @@ fn run_drop(a: &DropArgs) -> Result<String> {
                     hint: "pass a route trace (`# route_trace v1` with a `# model=... n_expert_used=` line)".into(),
                 });
             }
-            let t = read_route(path, RouteFilter { turn: None, phase: Phase::All, all_columns: true })?;
+            let t = RouteTrace::read(path, RouteFilter { turn: None, phase: Phase::All, all_columns: true })?;
             Ok(drop::report_with_tables(&t, &mut tables).unwrap_or_default())
         });
         match result {
@@ -460,6 +449,55 @@ fn formatted(path: &std::path::Path, r: decode::Report, format: Format) -> Strin
     }
 }
 
+#[derive(Args, Debug)]
+#[command(infer_long_args = true)]
+struct ConvertArgs {
+    /// A route, compute or io trace, or a metrics CSV (v0, v1, v2).
+    file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum)]
+    to: ConvertTo,
+    /// Output file (default: FILE with its extension replaced by .parquet or .arrow).
+    #[arg(short, long, value_name = "OUT")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ConvertTo {
+    /// Apache Parquet (snappy), for DuckDB, Spark, pandas.
+    Parquet,
+    /// Arrow IPC file (Feather v2), uncompressed.
+    Arrow,
+}
+
+fn run_convert(a: &ConvertArgs) -> Result<String> {
+    let target = match a.to {
+        ConvertTo::Parquet => convert::Target::Parquet,
+        ConvertTo::Arrow => convert::Target::Arrow,
+    };
+    let output = a
+        .output
+        .clone()
+        .unwrap_or_else(|| convert::default_output(&a.file, target));
+    let summary = convert::convert(&a.file, &output, target)?;
+    if let Some(t) = &summary.truncated {
+        eprintln!(
+            "note: {}:{}: the last line was cut short and is left out ({})",
+            a.file.display(),
+            t.line,
+            t.reason
+        );
+    }
+    if !summary.skipped_columns.is_empty() {
+        eprintln!(
+            "note: {}: columns not known to this bmoe-analyze were left out: {}",
+            a.file.display(),
+            summary.skipped_columns.join(", ")
+        );
+    }
+    Ok(summary.line())
+}
+
 fn report(err: &AnalyzeError) -> ExitCode {
     let mut e = std::io::stderr().lock();
     let _ = writeln!(e, "error: {err}");
@@ -470,6 +508,7 @@ fn report(err: &AnalyzeError) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Convert(a) => run_convert(a),
         Command::Route(a) => run_route(a),
         Command::Replay(a) => run_replay(a),
         Command::Drop(a) => run_drop(a),
