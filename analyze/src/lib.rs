@@ -12,7 +12,6 @@ pub mod error;
 pub mod metrics;
 mod mt19937;
 pub mod plot;
-pub mod preamble;
 pub mod pyfmt;
 pub mod replay;
 pub mod route;

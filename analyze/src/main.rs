@@ -225,7 +225,7 @@ fn run_route(a: &RouteArgs) -> Result<String> {
             hint: "use --format json|csv with --view hot or --view reuse".into(),
         });
     }
-    let trace = RouteTrace::read(&a.trace, filter)?;
+    let trace = read_route(&a.trace, filter)?;
     let opt = route::RouteOptions {
         view: a.view,
         filter,
@@ -266,6 +266,19 @@ fn run_route(a: &RouteArgs) -> Result<String> {
     Ok(text)
 }
 
+/// Reads a route trace; a last line cut short (a killed writer) is left out and said on stderr.
+fn read_route(path: &std::path::Path, filter: RouteFilter) -> Result<RouteTrace> {
+    let trace = RouteTrace::read(path, filter)?;
+    if let Some(cut) = &trace.truncated {
+        eprintln!(
+            "note: {}: line {} has no line end and does not parse (the writer was killed?); it was left out",
+            path.display(),
+            cut.line
+        );
+    }
+    Ok(trace)
+}
+
 fn view_name(v: View) -> String {
     v.to_possible_value()
         .map_or_else(|| format!("{v:?}"), |p| p.get_name().to_string())
@@ -277,7 +290,7 @@ fn run_replay(a: &ReplayArgs) -> Result<String> {
     }
     let budgets = replay::parse_budgets(&a.budgets)?;
     let policies = replay::Policy::parse_list(&a.policies)?;
-    let trace = RouteTrace::read(
+    let trace = read_route(
         &a.trace,
         RouteFilter {
             turn: a.turn,
@@ -321,7 +334,7 @@ fn run_drop(a: &DropArgs) -> Result<String> {
                     hint: "pass a route trace (`# route_trace v1` with a `# model=... n_expert_used=` line)".into(),
                 });
             }
-            let t = RouteTrace::read(path, RouteFilter { turn: None, phase: Phase::All, all_columns: true })?;
+            let t = read_route(path, RouteFilter { turn: None, phase: Phase::All, all_columns: true })?;
             Ok(drop::report_with_tables(&t, &mut tables).unwrap_or_default())
         });
         match result {
