@@ -38,7 +38,7 @@ fn flag(v: Option<bool>) -> String {
     v.map_or_else(|| "?".to_string(), |b| u8::from(b).to_string())
 }
 
-fn read_all<T>(
+pub(crate) fn read_all<T>(
     path: &Path,
     reader: impl Iterator<Item = bmoe_telemetry::Result<T>>,
 ) -> Result<Vec<T>> {
@@ -48,7 +48,11 @@ fn read_all<T>(
 }
 
 /// Keep decode rows, or every row when there are none. `None` when the file has no rows.
-fn select<T>(path: &Path, rows: Vec<T>, phase: impl Fn(&T) -> u8) -> Result<(Vec<T>, bool)> {
+pub(crate) fn select<T>(
+    path: &Path,
+    rows: Vec<T>,
+    phase: impl Fn(&T) -> u8,
+) -> Result<(Vec<T>, bool)> {
     if rows.is_empty() {
         return Err(AnalyzeError::Empty(format!("{}: no rows", path.display())));
     }

@@ -62,6 +62,10 @@ struct MetricsArgs {
     /// Output format (json: per-run statistics).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    /// Also draw one run's per-token time breakdown (compute / flash wait / mgmt /
+    /// unattributed, stacked) as SVG or PNG; needs exactly one metrics CSV.
+    #[arg(long, value_name = "OUT.svg|OUT.png")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -78,6 +82,9 @@ struct ComputeArgs {
     /// Output format (json/csv: the ops or segments table, and layers with --layers).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    /// Also draw the compute share by op (or layer segment) as SVG or PNG.
+    #[arg(long, value_name = "OUT.svg|OUT.png")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -91,6 +98,9 @@ struct IoArgs {
     /// Output format (json: header figures and the latency, sizes, lanes tables; csv: the tables).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    /// Also draw the per-read latency CDF (all lanes and each lane) as SVG or PNG.
+    #[arg(long, value_name = "OUT.svg|OUT.png")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -123,8 +133,8 @@ struct ReplayArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
-    /// Also draw the hit-rate vs budget curve per policy as SVG.
-    #[arg(long, value_name = "OUT.svg")]
+    /// Also draw the hit-rate vs budget curve per policy as SVG or PNG.
+    #[arg(long, value_name = "OUT.svg|OUT.png")]
     plot: Option<PathBuf>,
 }
 
@@ -177,11 +187,11 @@ struct RouteArgs {
     /// hot: experts listed per layer.
     #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     top: i64,
-    /// Output format (json/csv: views hot and reuse).
+    /// Output format (json/csv: the tables of the selected views).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
-    /// Also draw the view as SVG (views hot, reuse, matrix).
-    #[arg(long, value_name = "OUT.svg")]
+    /// Also draw the view as SVG or PNG (views hot, reuse, matrix).
+    #[arg(long, value_name = "OUT.svg|OUT.png")]
     plot: Option<PathBuf>,
 }
 
@@ -210,20 +220,6 @@ fn run_route(a: &RouteArgs) -> Result<String> {
             });
         }
         plot::check_path(path)?;
-    }
-    if a.format != Format::Text && !matches!(a.view, View::Hot | View::Reuse) {
-        return Err(AnalyzeError::Invalid {
-            message: format!(
-                "route --format {}: view `{}` has only the text format so far",
-                if a.format == Format::Json {
-                    "json"
-                } else {
-                    "csv"
-                },
-                view_name(a.view)
-            ),
-            hint: "use --format json|csv with --view hot or --view reuse".into(),
-        });
     }
     let trace = read_route(&a.trace, filter)?;
     let opt = route::RouteOptions {
@@ -374,6 +370,31 @@ fn read_run(path: &std::path::Path, trim: usize) -> Result<metrics::RunStats> {
 }
 
 fn run_metrics(a: &MetricsArgs) -> Result<String> {
+    if let Some(out) = &a.plot {
+        plot::check_path(out)?;
+        let [csv] = a.paths.as_slice() else {
+            return Err(AnalyzeError::Invalid {
+                message: format!(
+                    "metrics --plot {}: the breakdown is drawn for one run, {} paths given",
+                    out.display(),
+                    a.paths.len()
+                ),
+                hint: "pass exactly one metrics CSV file with --plot (and no --compare)".into(),
+            });
+        };
+        if a.compare.is_some() || csv.is_dir() {
+            return Err(AnalyzeError::Invalid {
+                message: format!(
+                    "metrics --plot {}: {} is not one metrics CSV file",
+                    out.display(),
+                    csv.display()
+                ),
+                hint: "pass exactly one metrics CSV file with --plot (and no --compare)".into(),
+            });
+        }
+        plot::token_breakdown(out, csv, a.trim)?;
+        eprintln!("plot -> {}", out.display());
+    }
     if let Some(pair) = &a.compare {
         let (x, y) = (read_run(&pair[0], a.trim)?, read_run(&pair[1], a.trim)?);
         return match a.format {
@@ -462,6 +483,34 @@ fn formatted(path: &std::path::Path, r: decode::Report, format: Format) -> Strin
     }
 }
 
+fn run_compute(a: &ComputeArgs) -> Result<String> {
+    if let Some(out) = &a.plot {
+        plot::check_path(out)?;
+    }
+    let opt = decode::ComputeOptions {
+        top: a.top,
+        layers: a.layers,
+    };
+    let report = decode::compute(&a.trace, opt)?;
+    if let Some(out) = &a.plot {
+        plot::compute_share(out, &report)?;
+        eprintln!("plot -> {}", out.display());
+    }
+    Ok(formatted(&a.trace, report, a.format))
+}
+
+fn run_io(a: &IoArgs) -> Result<String> {
+    if let Some(out) = &a.plot {
+        plot::check_path(out)?;
+    }
+    let report = decode::io(&a.trace, a.adjacent)?;
+    if let Some(out) = &a.plot {
+        plot::io_latency_cdf(out, &a.trace)?;
+        eprintln!("plot -> {}", out.display());
+    }
+    Ok(formatted(&a.trace, report, a.format))
+}
+
 #[derive(Args, Debug)]
 #[command(infer_long_args = true)]
 struct ConvertArgs {
@@ -525,18 +574,9 @@ fn main() -> ExitCode {
         Command::Route(a) => run_route(a),
         Command::Replay(a) => run_replay(a),
         Command::Drop(a) => run_drop(a),
-        Command::Compute(a) => decode::compute(
-            &a.trace,
-            decode::ComputeOptions {
-                top: a.top,
-                layers: a.layers,
-            },
-        )
-        .map(|r| formatted(&a.trace, r, a.format)),
+        Command::Compute(a) => run_compute(a),
         Command::Metrics(a) => run_metrics(a),
-        Command::Io(a) => {
-            decode::io(&a.trace, a.adjacent).map(|r| formatted(&a.trace, r, a.format))
-        }
+        Command::Io(a) => run_io(a),
     };
     match result {
         Ok(text) => {

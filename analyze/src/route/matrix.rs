@@ -110,8 +110,13 @@ pub struct MatrixOptions {
     pub width: usize,
 }
 
-/// Render the matrix. Returns `Ok(false)` (after writing nothing) when the selection is empty.
-pub fn matrix(out: &mut String, t: &RouteTrace, cells: &Cells, opt: &MatrixOptions) -> bool {
+/// What a matrix shows: (index into `cells.layers`, layer) pairs and the steps.
+pub(crate) type Selection = (Vec<(usize, u16)>, Vec<i32>);
+
+/// The layers (index into `cells.layers`, layer) and steps the matrix shows: `--layers`
+/// (clamped to `0..n_layer` when the preamble has it), `--steps`, else the first `--max-steps`
+/// steps. `None` when either selection is empty.
+pub(crate) fn selection(t: &RouteTrace, cells: &Cells, opt: &MatrixOptions) -> Option<Selection> {
     let layer_span = if t.meta.n_layer > 0 {
         opt.layers.clone().clamp(t.meta.n_layer)
     } else {
@@ -131,11 +136,29 @@ pub fn matrix(out: &mut String, t: &RouteTrace, cells: &Cells, opt: &MatrixOptio
         .filter(|&s| opt.steps.contains(i64::from(s)))
         .collect();
     if layers.is_empty() || steps.is_empty() {
-        return false;
+        return None;
     }
     if !opt.steps.is_active() {
         let keep = super::views::py_slice_len(steps.len(), opt.max_steps);
         steps.truncate(keep);
+    }
+    Some((layers, steps))
+}
+
+/// The cell of layer index `li` at step `s`, through the layer's step-sorted position list.
+pub(crate) fn cell_at(cells: &Cells, li: usize, s: i32) -> Option<u32> {
+    let list = &cells.by_layer[li];
+    list.binary_search_by_key(&s, |&c| cells.step[c as usize])
+        .ok()
+        .map(|i| list[i])
+}
+
+/// Render the matrix. Returns `Ok(false)` (after writing nothing) when the selection is empty.
+pub fn matrix(out: &mut String, t: &RouteTrace, cells: &Cells, opt: &MatrixOptions) -> bool {
+    let Some((layers, steps)) = selection(t, cells, opt) else {
+        return false;
+    };
+    if !opt.steps.is_active() {
         let _ = writeln!(
             out,
             "(showing the first {} steps; use --steps to pick a window)",
@@ -158,12 +181,7 @@ pub fn matrix(out: &mut String, t: &RouteTrace, cells: &Cells, opt: &MatrixOptio
     for &s in &steps {
         let mut fields = Vec::with_capacity(layers.len());
         for (pi, &(li, _)) in layers.iter().enumerate() {
-            let list = &cells.by_layer[li];
-            let cell = list
-                .binary_search_by_key(&s, |&c| cells.step[c as usize])
-                .ok()
-                .map(|i| list[i]);
-            let rows: &[u32] = cell.map_or(&[], |c| cells.rows(c));
+            let rows: &[u32] = cell_at(cells, li, s).map_or(&[], |c| cells.rows(c));
             let text = match opt.cells {
                 CellMode::Experts => {
                     let ids: Vec<u32> = rows.iter().map(|&r| t.rows.expert[r as usize]).collect();

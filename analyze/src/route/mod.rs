@@ -2,6 +2,7 @@
 
 pub mod cells;
 pub mod matrix;
+pub mod tables;
 pub mod trace;
 pub mod views;
 
@@ -178,33 +179,50 @@ pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
     Ok(out)
 }
 
-/// `--format json|csv` of `route`: the header as `meta` and the tables of `view` (hot or reuse).
+/// `--format json|csv` of `route`: the header as `meta` and the tables of every selected view,
+/// in the text's view order (see [`tables`] for each view's tables).
 pub fn tables(t: &RouteTrace, opt: &RouteOptions) -> Result<(serde_json::Value, Vec<Table>)> {
     if t.rows.is_empty() {
         return render(t, opt).map(|_| (serde_json::Value::Null, Vec::new()));
     }
     let cells = Cells::build(&t.rows);
-    let tables = match opt.view {
-        View::Hot => views::hot_tables(t, &cells, opt.top),
-        View::Reuse => {
-            let seq = views::seq_by_layer(t, &cells);
-            vec![views::reuse_table(t, &seq, &cells.layers)]
-        }
-        _ => {
-            return Err(AnalyzeError::Invalid {
-                message:
-                    "route --format json|csv is implemented for --view hot and --view reuse only"
-                        .into(),
-                hint: "pick one of those views, or use the default text format for the others"
-                    .into(),
-            });
-        }
+    let views = opt.view.expand();
+    let seq = if views
+        .iter()
+        .any(|v| matches!(v, View::Reuse | View::Overlap | View::Workset))
+    {
+        views::seq_by_layer(t, &cells)
+    } else {
+        views::Seq::empty()
     };
+    let mut out = Vec::new();
+    for v in views {
+        match v {
+            View::Matrix => {
+                if opt.view == View::Matrix && matrix::selection(t, &cells, &opt.matrix).is_none() {
+                    return Err(AnalyzeError::Empty(format!(
+                        "{}: no rows for that layer/step selection",
+                        t.path.display()
+                    )));
+                }
+                out.push(tables::matrix(t, &cells, &opt.matrix));
+            }
+            View::Hot => out.extend(views::hot_tables(t, &cells, opt.top)),
+            View::Reuse => out.push(views::reuse_table(t, &seq, &cells.layers)),
+            View::Overlap => out.extend(tables::overlap(&seq, &cells.layers)),
+            View::Workset => out.extend(tables::workset(t, &seq, &cells.layers)),
+            View::Cache => out.extend(tables::cache(t, &cells)),
+            View::Entropy => out.extend(tables::entropy(t, &cells)),
+            View::Bytes => out.extend(tables::bytes(t, &cells)),
+            View::Sanity => out.extend(tables::sanity(t, &cells)),
+            View::Default | View::All => {}
+        }
+    }
     let m = &t.meta;
     let meta = serde_json::json!({
         "model": m.model, "arch": m.arch, "n_layer": m.n_layer, "n_expert": m.n_expert,
         "n_expert_used": m.n_expert_used, "phase": opt.filter.phase.name(), "turn": opt.filter.turn,
         "rows": t.rows.len(), "dropped": t.n_dropped,
     });
-    Ok((meta, tables))
+    Ok((meta, out))
 }

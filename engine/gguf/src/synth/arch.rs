@@ -104,6 +104,18 @@ impl Builder {
         );
     }
 
+    /// The router of layer `i` (n_embd → n_expert, F32): each expert's row is scaled by its
+    /// seeded gain, so `router_skew` makes some experts hotter than others.
+    fn add_router(&mut self, name: String, o: &SynthOptions, i: u32) {
+        let e = o.n_embd;
+        let gains = Arc::new(router_gains(o.seed, i, o.n_expert, o.router_skew));
+        let init = Init::RowGain {
+            std: 2.0 * inv_sqrt(e),
+            gains,
+        };
+        self.add(name, GgmlType::F32, &[e, u64::from(o.n_expert)], init);
+    }
+
     /// A dense gated MLP (`gate`, `up`: n_embd → n_ff; `down`: n_ff → n_embd), in that order;
     /// `name` maps `"gate"`/`"up"`/`"down"` to the tensor name.
     fn add_mlp(&mut self, name: impl Fn(&str) -> String, t: GgmlType, n_embd: u64, n_ff: u64) {
@@ -271,16 +283,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         if o.arch != Arch::GptOss {
             b.add(p("ffn_norm.weight"), f32t, &[e], Init::Ones);
         }
-        let gains = Arc::new(router_gains(o.seed, i, o.n_expert, o.router_skew));
-        b.add(
-            p("ffn_gate_inp.weight"),
-            f32t,
-            &[e, ne],
-            Init::RowGain {
-                std: 2.0 * inv_sqrt(e),
-                gains,
-            },
-        );
+        b.add_router(p("ffn_gate_inp.weight"), o, i);
         if o.arch == Arch::GptOss {
             b.add(p("ffn_gate_inp.bias"), f32t, &[ne], Init::Zeros);
         }
@@ -338,16 +341,7 @@ fn gemma4_layer(b: &mut Builder, o: &SynthOptions, i: u32, rope_freqs_done: &mut
     b.add(p("ffn_norm.weight"), f32t, &[e], Init::Ones);
     b.add_mlp(|w| p(&format!("ffn_{w}.weight")), dt, e, fs);
     b.add(p("post_ffw_norm.weight"), f32t, &[e], Init::Ones);
-    let gains = Arc::new(router_gains(o.seed, i, o.n_expert, o.router_skew));
-    b.add(
-        p("ffn_gate_inp.weight"),
-        f32t,
-        &[e, ne],
-        Init::RowGain {
-            std: 2.0 * inv_sqrt(e),
-            gains,
-        },
-    );
+    b.add_router(p("ffn_gate_inp.weight"), o, i);
     // The router input is rms_norm(x) / sqrt(n_embd) * scale: scale = sqrt(n_embd) restores the
     // logit scale the other architectures have.
     b.add(

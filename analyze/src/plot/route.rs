@@ -1,0 +1,326 @@
+//! Pictures of the route views: hot experts (layer × expert heat), reuse-distance histogram,
+//! step × layer grid (top expert or cache hits).
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::{DrawResult, Figure, OrMsg, base, frame, hsl, legend, render, shade};
+use crate::route::{CellMode, Cells, RouteTrace, Span};
+use crate::{AnalyzeError, Result};
+
+/// A heatmap: `cells` are (x, y, colour) unit squares on `x_range` × `y_range`, `legend` the
+/// entries explaining the colours.
+struct Heatmap {
+    title: String,
+    x_desc: &'static str,
+    y_desc: &'static str,
+    x_range: (f64, f64),
+    y_range: (f64, f64),
+    cells: Vec<(f64, f64, RGBColor)>,
+    legend: Vec<(String, RGBColor)>,
+}
+
+impl Figure for Heatmap {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+        let mut chart = frame(root, &self.title, 55)
+            .build_cartesian_2d(
+                self.x_range.0..self.x_range.1,
+                self.y_range.0..self.y_range.1,
+            )
+            .msg()?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .x_desc(self.x_desc)
+            .y_desc(self.y_desc)
+            .draw()
+            .msg()?;
+        chart
+            .draw_series(
+                self.cells
+                    .iter()
+                    .map(|&(x, y, c)| Rectangle::new([(x, y), (x + 1.0, y + 1.0)], c.filled())),
+            )
+            .msg()?;
+        for (label, colour) in &self.legend {
+            let colour = *colour;
+            chart
+                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+                .msg()?
+                .label(label)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled())
+                });
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
+    }
+}
+
+fn n_expert(t: &RouteTrace) -> f64 {
+    let seen = t.rows.expert.iter().copied().max().map_or(0, |m| m + 1);
+    (t.meta.n_expert.max(0) as f64)
+        .max(f64::from(seen))
+        .max(1.0)
+}
+
+fn layer_range(cells: &Cells) -> (f64, f64) {
+    let lo = cells.layers.first().copied().unwrap_or(0);
+    let hi = cells.layers.last().copied().unwrap_or(0);
+    (f64::from(lo), f64::from(hi) + 1.0)
+}
+
+/// `route --view hot --plot`: layer × expert, shaded by the expert's share of the layer's
+/// activations (the hot experts are the dark squares).
+///
+/// # Errors
+/// An unwritable path or a drawing failure, naming `--plot PATH`.
+pub fn hot(path: &Path, t: &RouteTrace, cells: &Cells) -> Result<()> {
+    let ne = n_expert(t);
+    let mut max_share: f64 = 0.0;
+    let mut per_layer = Vec::new();
+    for (li, &layer) in cells.layers.iter().enumerate() {
+        let mut counts = vec![0u64; ne as usize];
+        for &c in &cells.by_layer[li] {
+            for &r in cells.rows(c) {
+                if let Some(n) = counts.get_mut(t.rows.expert[r as usize] as usize) {
+                    *n += 1;
+                }
+            }
+        }
+        let total = counts.iter().sum::<u64>().max(1) as f64;
+        for (e, &n) in counts.iter().enumerate() {
+            if n > 0 {
+                let share = n as f64 / total;
+                max_share = max_share.max(share);
+                per_layer.push((e as f64, f64::from(layer), share));
+            }
+        }
+    }
+    let squares = per_layer
+        .into_iter()
+        .map(|(x, y, share)| {
+            (
+                x,
+                y,
+                shade(0.15 + 0.85 * share / max_share.max(f64::MIN_POSITIVE)),
+            )
+        })
+        .collect();
+    render(
+        path,
+        &Heatmap {
+            title: format!(
+                "Hot experts per layer ({} routings) - {}",
+                t.rows.len(),
+                base(&t.meta.model)
+            ),
+            x_desc: "expert id",
+            y_desc: "layer",
+            x_range: (0.0, ne),
+            y_range: layer_range(cells),
+            cells: squares,
+            legend: vec![
+                ("never routed".into(), WHITE),
+                ("rarely routed".into(), shade(0.15)),
+                (
+                    format!("hottest ({:.1}% of its layer)", 100.0 * max_share),
+                    shade(1.0),
+                ),
+            ],
+        },
+    )
+}
+
+/// Reuse distances (in positions, per layer and expert), all layers pooled.
+fn reuse_distances(t: &RouteTrace, cells: &Cells) -> Vec<usize> {
+    let ne = n_expert(t) as usize;
+    let mut dists = Vec::new();
+    for by_layer in &cells.by_layer {
+        let mut last: Vec<Option<usize>> = vec![None; ne];
+        for (idx, &c) in by_layer.iter().enumerate() {
+            for &r in cells.rows(c) {
+                if let Some(slot) = last.get_mut(t.rows.expert[r as usize] as usize) {
+                    if let Some(p) = *slot {
+                        dists.push(idx - p);
+                    }
+                    *slot = Some(idx);
+                }
+            }
+        }
+    }
+    dists
+}
+
+/// Histogram of reuse distances in power-of-two buckets (bucket b holds [2^b, 2^(b+1))).
+struct ReuseHistogram {
+    title: String,
+    buckets: Vec<u64>,
+    total: f64,
+}
+
+impl Figure for ReuseHistogram {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+        let n = self.buckets.len();
+        let pct = |c: u64| 100.0 * c as f64 / self.total;
+        let y_max = self.buckets.iter().map(|&c| pct(c)).fold(1.0, f64::max);
+        let mut chart = frame(root, &self.title, 55)
+            .build_cartesian_2d(0.0..n as f64, 0.0..y_max * 1.1)
+            .msg()?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .x_labels(n.min(24))
+            .x_label_formatter(&|x| {
+                let b = x.floor() as u32;
+                if b == 0 {
+                    "1".into()
+                } else {
+                    format!("{}-{}", 1u64 << b, (1u64 << (b + 1)) - 1)
+                }
+            })
+            .x_desc("reuse distance (steps between consecutive uses, power-of-two buckets)")
+            .y_desc("share of reuses (%)")
+            .draw()
+            .msg()?;
+        let colour = shade(0.7);
+        chart
+            .draw_series(self.buckets.iter().enumerate().map(|(b, &c)| {
+                let x = b as f64;
+                Rectangle::new([(x + 0.1, 0.0), (x + 0.9, pct(c))], colour.filled())
+            }))
+            .msg()?
+            .label("reuses (all layers)")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled()));
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
+    }
+}
+
+/// `route --view reuse --plot`: histogram of reuse distances in power-of-two buckets.
+///
+/// # Errors
+/// An unwritable path or a drawing failure, naming `--plot PATH`.
+pub fn reuse(path: &Path, t: &RouteTrace, cells: &Cells) -> Result<()> {
+    let dists = reuse_distances(t, cells);
+    let mut buckets = vec![0u64; 1];
+    for d in &dists {
+        let b = (usize::BITS - 1 - d.max(&1).leading_zeros()) as usize;
+        if buckets.len() <= b {
+            buckets.resize(b + 1, 0);
+        }
+        buckets[b] += 1;
+    }
+    render(
+        path,
+        &ReuseHistogram {
+            title: format!(
+                "Reuse distance per (layer, expert) - {} reuses, {}",
+                dists.len(),
+                base(&t.meta.model)
+            ),
+            buckets,
+            total: dists.len().max(1) as f64,
+        },
+    )
+}
+
+/// `route --view matrix --plot`: step × layer. With `--cells hit` a cell's colour is its share
+/// of routings served from RAM (residency 1 or 2); otherwise the hue is the slot-0 expert's id.
+///
+/// # Errors
+/// An empty step/layer selection, an unwritable path or a drawing failure.
+pub fn matrix(
+    path: &Path,
+    t: &RouteTrace,
+    cells: &Cells,
+    steps: &Span,
+    layers: &Span,
+    max_steps: i64,
+    mode: CellMode,
+) -> Result<()> {
+    let mut chosen: Vec<i32> = cells
+        .steps
+        .iter()
+        .copied()
+        .filter(|&s| steps.contains(i64::from(s)))
+        .collect();
+    if !steps.is_active() && max_steps >= 0 {
+        chosen.truncate(max_steps as usize);
+    }
+    let empty = || {
+        AnalyzeError::Empty(format!(
+            "{}: no rows for that layer/step selection",
+            t.path.display()
+        ))
+    };
+    let (Some(&first), Some(&last)) = (chosen.first(), chosen.last()) else {
+        return Err(empty());
+    };
+    let ne = n_expert(t);
+    let hit_mode = mode == CellMode::Hit;
+    let mut squares = Vec::new();
+    for c in 0..cells.step.len() {
+        let (s, l) = (cells.step[c], cells.layer[c]);
+        if s < first
+            || s > last
+            || !layers.contains(i64::from(l))
+            || chosen.binary_search(&s).is_err()
+        {
+            continue;
+        }
+        let rows = cells.rows(c as u32);
+        let Some(&r0) = rows.first() else { continue };
+        let colour = if hit_mode {
+            let hits = rows
+                .iter()
+                .filter(|&&r| t.rows.residency[r as usize] != 0)
+                .count();
+            // red (all misses) to green (all hits)
+            hsl(0.33 * hits as f64 / rows.len() as f64)
+        } else {
+            hsl(f64::from(t.rows.expert[r0 as usize]) / ne * 0.85)
+        };
+        squares.push((f64::from(s), f64::from(l), colour));
+    }
+    if squares.is_empty() {
+        return Err(empty());
+    }
+    let y_lo = squares.iter().map(|s| s.1).fold(f64::INFINITY, f64::min);
+    let y_hi = squares
+        .iter()
+        .map(|s| s.1)
+        .fold(f64::NEG_INFINITY, f64::max)
+        + 1.0;
+    let legend = if hit_mode {
+        vec![
+            ("all routings missed (read from flash)".into(), hsl(0.0)),
+            ("half served from RAM".into(), hsl(0.165)),
+            ("all served from RAM (hit)".into(), hsl(0.33)),
+        ]
+    } else {
+        vec![
+            ("slot-0 expert id 0".into(), hsl(0.0)),
+            (
+                format!("slot-0 expert id {}", (ne as u32).saturating_sub(1)),
+                hsl(0.85),
+            ),
+        ]
+    };
+    let what = if hit_mode { "cache hits" } else { "top expert" };
+    render(
+        path,
+        &Heatmap {
+            title: format!("Step x layer {what} - {}", base(&t.meta.model)),
+            x_desc: "step",
+            y_desc: "layer",
+            x_range: (f64::from(first), f64::from(last) + 1.0),
+            y_range: (y_lo, y_hi),
+            cells: squares,
+            legend,
+        },
+    )
+}
