@@ -163,29 +163,32 @@ fn main() {
 
     println!("route trace: {rows} rows, {route_mb:.0} MB (best of 3 runs each, page cache warm)");
     println!("  bare line scan      {:>8.0} MB/s", route_mb / t_scan);
-    println!(
-        "  RouteTraceReader    {:>8.0} MB/s  {:>6.2} M rows/s  {:.2}x the line scan's time",
-        route_mb / t_ours,
-        rows as f64 / t_ours / 1e6,
-        t_ours / t_scan
+    let speed = |label: &str, t: f64, base: f64, base_name: &str| {
+        println!(
+            "  {label:<19} {:>8.0} MB/s  {:>6.2} M rows/s  {:.2}x {base_name}",
+            route_mb / t,
+            rows as f64 / t / 1e6,
+            t / base
+        );
+    };
+    speed("RouteTraceReader", t_ours, t_scan, "the line scan's time");
+    speed(
+        "RouteTable (1 thr.)",
+        t_cols,
+        t_scan,
+        "the line scan's time (stores every column)",
     );
-    println!(
-        "  RouteTable (1 thr.) {:>8.0} MB/s  {:>6.2} M rows/s  {:.2}x the line scan's time (stores every column)",
-        route_mb / t_cols,
-        rows as f64 / t_cols / 1e6,
-        t_cols / t_scan
+    speed(
+        "RouteTable (2 thr.)",
+        t_cols2,
+        t_cols,
+        "the one-thread time",
     );
-    println!(
-        "  RouteTable (2 thr.) {:>8.0} MB/s  {:>6.2} M rows/s  {:.2}x the one-thread time",
-        route_mb / t_cols2,
-        rows as f64 / t_cols2 / 1e6,
-        t_cols2 / t_cols
-    );
-    println!(
-        "  naive String+split  {:>8.0} MB/s  {:>6.2} M rows/s  {:.2}x the line scan's time",
-        route_mb / t_naive,
-        rows as f64 / t_naive / 1e6,
-        t_naive / t_scan
+    speed(
+        "naive String+split",
+        t_naive,
+        t_scan,
+        "the line scan's time",
     );
     println!("  naive / ours time ratio: {:.2}", t_naive / t_ours);
     println!("metrics CSV: {mrows} rows, {metrics_mb:.0} MB");
