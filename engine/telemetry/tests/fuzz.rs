@@ -10,6 +10,7 @@ use bmoe_telemetry::detect::{FileKind, detect_text};
 use bmoe_telemetry::kv::parse_sidecar;
 use bmoe_telemetry::metrics::{MetricsReader, MetricsWriter, RunInfo, SummaryTrailer, TokenRow};
 use bmoe_telemetry::protocol::{Progress, parse_line};
+use bmoe_telemetry::route_columns::{RouteSelect, RouteTable};
 use bmoe_telemetry::summary::PerfReport;
 use bmoe_telemetry::trace::{
     ComputeRow, DecodeTraceInfo, IoRow, RouteRow, RouteTraceInfo, TraceReader, TraceRow,
@@ -44,22 +45,49 @@ struct Outcome {
     truncated: bool,
 }
 
+/// Counts rows until the first error.
+fn drain<T>(rows: impl Iterator<Item = bmoe_telemetry::Result<T>>, out: &mut Outcome) {
+    for row in rows {
+        match row {
+            Ok(_) => out.rows += 1,
+            Err(e) => {
+                out.error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+}
+
 fn run_trace<T: TraceRow>(bytes: &[u8]) -> Outcome {
     let mut out = Outcome::default();
     match TraceReader::<_, T>::new(bytes, LABEL) {
         Err(e) => out.error = Some(e.to_string()),
         Ok(mut r) => {
-            for row in r.by_ref() {
-                match row {
-                    Ok(_) => out.rows += 1,
-                    Err(e) => {
-                        out.error = Some(e.to_string());
-                        break;
-                    }
-                }
-            }
+            drain(r.by_ref(), &mut out);
             out.truncated = r.truncated().is_some();
         }
+    }
+    out
+}
+
+/// The row reader's outcome, checked against the columnar reader's: one parser, so on every
+/// mutation both read the same rows, fail with the same message or see the same cut.
+fn run_route(bytes: &[u8]) -> Outcome {
+    let out = run_trace::<RouteRow>(bytes);
+    match RouteTable::from_reader(bytes, LABEL, &RouteSelect::default()) {
+        Ok(t) => {
+            assert_eq!(
+                out.error, None,
+                "the row reader failed, the columns did not"
+            );
+            assert_eq!(t.total_rows as usize, out.rows);
+            assert_eq!(t.truncated.is_some(), out.truncated);
+        }
+        // Narrower columns than RouteRow: a storage limit, not a format error.
+        Err(e)
+            if e.to_string().contains("the column reader stores")
+                || e.to_string().contains("of at most 65535") => {}
+        Err(e) => assert_eq!(out.error, Some(e.to_string())),
     }
     out
 }
@@ -69,15 +97,7 @@ fn run_metrics(bytes: &[u8]) -> Outcome {
     match MetricsReader::new(bytes, LABEL) {
         Err(e) => out.error = Some(e.to_string()),
         Ok(mut r) => {
-            for row in r.by_ref() {
-                match row {
-                    Ok(_) => out.rows += 1,
-                    Err(e) => {
-                        out.error = Some(e.to_string());
-                        break;
-                    }
-                }
-            }
+            drain(r.by_ref(), &mut out);
             out.truncated = r.truncated().is_some();
         }
     }
@@ -87,7 +107,7 @@ fn run_metrics(bytes: &[u8]) -> Outcome {
 fn run(kind: FileKind, bytes: &[u8]) -> Outcome {
     let out = match kind {
         FileKind::Metrics { .. } => run_metrics(bytes),
-        FileKind::RouteTrace => run_trace::<RouteRow>(bytes),
+        FileKind::RouteTrace => run_route(bytes),
         FileKind::ComputeTrace => run_trace::<ComputeRow>(bytes),
         FileKind::IoTrace => run_trace::<IoRow>(bytes),
         _ => {
