@@ -59,7 +59,7 @@ struct MetricsArgs {
     /// Drop this many leading token rows (warm-up) before the statistics.
     #[arg(long, default_value_t = 0)]
     trim: usize,
-    /// Output format (json: per-run statistics).
+    /// Output format (json/csv: per-run statistics, or the --compare ratio).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
     /// Also draw one run's per-token time breakdown (compute / flash wait / mgmt /
@@ -397,23 +397,39 @@ fn run_metrics(a: &MetricsArgs) -> Result<String> {
     }
     if let Some(pair) = &a.compare {
         let (x, y) = (read_run(&pair[0], a.trim)?, read_run(&pair[1], a.trim)?);
-        return match a.format {
-            Format::Json => {
-                let ci = bmoe_stats::bootstrap_ratio_of_means_ci(
-                    &x.walls,
-                    &y.walls,
-                    metrics::RESAMPLES,
-                    0.95,
-                    metrics::SEED,
-                );
-                Ok(format!(
-                    "{:#}\n",
-                    serde_json::json!({"a": metrics::runs_json(std::slice::from_ref(&x)), "b": metrics::runs_json(std::slice::from_ref(&y)),
-                        "ratio_a_over_b": ci.map(|c| c.estimate), "ci95_low": ci.map(|c| c.low), "ci95_high": ci.map(|c| c.high)})
-                ))
-            }
-            _ => metrics::compare(&x, &y),
-        };
+        if a.format == Format::Text {
+            return metrics::compare(&x, &y);
+        }
+        let ci = bmoe_stats::bootstrap_ratio_of_means_ci(
+            &x.walls,
+            &y.walls,
+            metrics::RESAMPLES,
+            0.95,
+            metrics::SEED,
+        );
+        let (ja, jb) = (
+            metrics::runs_json(std::slice::from_ref(&x)),
+            metrics::runs_json(std::slice::from_ref(&y)),
+        );
+        if a.format == Format::Csv {
+            let mut t = table::Table::new("compare", &COMPARE_COLUMNS);
+            let mean = |j: &serde_json::Value| j[0]["mean_ms_per_token"].clone();
+            t.push(vec![
+                serde_json::json!(pair[0].display().to_string()),
+                serde_json::json!(pair[1].display().to_string()),
+                mean(&ja),
+                mean(&jb),
+                ci.map_or(serde_json::Value::Null, |c| table::num(c.estimate)),
+                ci.map_or(serde_json::Value::Null, |c| table::num(c.low)),
+                ci.map_or(serde_json::Value::Null, |c| table::num(c.high)),
+            ]);
+            return Ok(table::to_csv(&[t]));
+        }
+        return Ok(format!(
+            "{:#}\n",
+            serde_json::json!({"a": ja, "b": jb,
+                "ratio_a_over_b": ci.map(|c| c.estimate), "ci95_low": ci.map(|c| c.low), "ci95_high": ci.map(|c| c.high)})
+        ));
     }
     if let [dir] = a.paths.as_slice()
         && dir.is_dir()
@@ -457,9 +473,41 @@ fn run_metrics(a: &MetricsArgs) -> Result<String> {
     }
     Ok(match a.format {
         Format::Json => format!("{:#}\n", metrics::runs_json(&runs)),
-        _ => metrics::runs_table(&runs),
+        Format::Csv => {
+            let mut t = table::Table::new("runs", &RUN_COLUMNS);
+            for run in metrics::runs_json(&runs).as_array().into_iter().flatten() {
+                t.push(RUN_COLUMNS.iter().map(|c| run[*c].clone()).collect());
+            }
+            table::to_csv(&[t])
+        }
+        Format::Text => metrics::runs_table(&runs),
     })
 }
+
+/// `metrics --format csv`: the `--format json` keys of a run, as the `runs` table's columns.
+const RUN_COLUMNS: [&str; 10] = [
+    "path",
+    "tokens",
+    "mean_ms_per_token",
+    "ci95_low_ms",
+    "ci95_high_ms",
+    "tok_per_s",
+    "median_tok_per_s",
+    "p95_tok_per_s",
+    "instrumented",
+    "stochastic",
+];
+
+/// `metrics --compare A B --format csv`: one `compare` row.
+const COMPARE_COLUMNS: [&str; 7] = [
+    "a",
+    "b",
+    "a_mean_ms_per_token",
+    "b_mean_ms_per_token",
+    "ratio_a_over_b",
+    "ci95_low",
+    "ci95_high",
+];
 
 /// The reference silently reports prefill rows as decode when a trace has no decode rows; we
 /// keep its numbers but say so.

@@ -271,3 +271,76 @@ fn drop_json_and_csv_carry_the_text_figures() {
     assert_eq!(tables[1].0, "static_k");
     assert!(tables[1].2[0].starts_with("t.csv,decode,1,"), "{csv}");
 }
+
+#[test]
+fn metrics_csv_carries_the_json_figures() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, walls: &[f64]| {
+        let mut t = String::from("step,steps,wall_ms,io_ms\n");
+        for (i, w) in walls.iter().enumerate() {
+            t.push_str(&format!("{},{},{w:.3},1.000\n", i + 1, walls.len()));
+        }
+        let p = d.path().join(name);
+        std::fs::write(&p, t).expect("write");
+        p.display().to_string()
+    };
+    let a = write("a.csv", &[100.0, 110.0, 90.0, 100.0]);
+    let b = write("b.csv", &[200.0, 210.0, 190.0, 200.0]);
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&["metrics", &a, &b, "--format", "json"])).expect("JSON");
+    let csv = csv_tables(&stdout(&["metrics", &a, &b, "--format", "csv"]));
+    assert_eq!(csv.len(), 1);
+    let (name, header, rows) = &csv[0];
+    assert_eq!(name, "runs");
+    assert_eq!(
+        header,
+        "path,tokens,mean_ms_per_token,ci95_low_ms,ci95_high_ms,tok_per_s,median_tok_per_s,p95_tok_per_s,instrumented,stochastic"
+    );
+    assert_eq!(rows.len(), 2);
+    for (row, run) in rows.iter().zip(json.as_array().expect("runs")) {
+        let cells: Vec<&str> = row.split(',').collect();
+        for (col, cell) in header.split(',').zip(&cells) {
+            let want = match &run[col] {
+                serde_json::Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            assert_eq!(*cell, want, "{col}");
+        }
+    }
+    assert_eq!(
+        rows[0].split(',').nth(2),
+        Some("100.0"),
+        "mean of 100 110 90 100"
+    );
+
+    let cmp = csv_tables(&stdout(&[
+        "metrics",
+        "--compare",
+        &a,
+        &b,
+        "--format",
+        "csv",
+    ]));
+    let (name, header, rows) = &cmp[0];
+    assert_eq!(name, "compare");
+    assert_eq!(
+        header,
+        "a,b,a_mean_ms_per_token,b_mean_ms_per_token,ratio_a_over_b,ci95_low,ci95_high"
+    );
+    let cells: Vec<&str> = rows[0].split(',').collect();
+    assert_eq!((cells[0], cells[1]), (a.as_str(), b.as_str()));
+    assert_eq!((cells[2], cells[3], cells[4]), ("100.0", "200.0", "0.5"));
+    let cj: serde_json::Value = serde_json::from_str(&stdout(&[
+        "metrics",
+        "--compare",
+        &a,
+        &b,
+        "--format",
+        "json",
+    ]))
+    .expect("JSON");
+    assert_eq!(cells[5], cj["ci95_low"].to_string());
+    assert_eq!(cells[6], cj["ci95_high"].to_string());
+    // The text report states the same ratio.
+    assert!(stdout(&["metrics", "--compare", &a, &b]).contains("mean token time A/B = 0.500"));
+}
