@@ -11,10 +11,10 @@
 //!
 //! **Prefix state**: the prefill is split at the end of `prefix` (the template's head plus the
 //! prefix text). With `reuse_prefix` the KV of that part is saved after it is prefilled
-//! ([`PrefixState`], `llama_state_seq_get_data`), and a later call whose prompt starts with the
-//! same tokens restores it instead of prefilling them again. The split is the same with and
-//! without reuse, so both compute the last position's logits from bit-identical inputs and
-//! return identical log-probabilities.
+//! ([`PrefixState`], `llama_state_seq_get_data`), and a later call whose prefix part tokenizes
+//! to exactly the same tokens restores it instead of prefilling them again. The prefill runs the
+//! same decodes with and without reuse (the same split, the same chunks), and a restored state
+//! is the saved KV bit for bit, so both return identical log-probabilities — by construction.
 //!
 //! **The conversation is left alone**: a session's chat lives in sequence 0's KV. Decide saves
 //! that sequence, clears the cache, works in the empty cache, and puts the conversation back into
@@ -33,6 +33,18 @@ use std::time::Instant;
 const SEQ: i32 = 0;
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// How the session renders and prefills a decide.
+#[derive(Debug, Clone, Copy)]
+pub struct DecideSetup<'a> {
+    /// The model's chat template (`--chatml`); `None` scores `prefix + suffix` as raw text.
+    pub template: Option<&'a ChatTemplate>,
+    /// How the template turns reasoning off (`ChatTemplate::think_ctl`).
+    pub think_ctl: ThinkCtl,
+    /// The most tokens one decode may take when the expert cache cannot hold a whole layer
+    /// (the engine's prefill split); `None` = no limit beyond the context's `n_batch`.
+    pub prefill_chunk: Option<usize>,
+}
 
 /// The prompt-prefix KV state kept between decide calls of one session.
 #[derive(Debug, Default)]
@@ -291,13 +303,16 @@ fn stream_stats(ctx: &mut Context<'_, MoeHook>) -> Option<StreamStats> {
         .map(Streamer::stats)
 }
 
-/// Decodes `tokens` at the next positions of sequence 0, `n_batch` at a time.
+/// Decodes `tokens` at the next positions of sequence 0, at most `chunk` (else `n_batch`) at a
+/// time — the batches a resident run with `--ubatch chunk` forms from the same decode calls.
 fn prefill(
     ctx: &mut Context<'_, MoeHook>,
     tokens: &[Token],
+    chunk: Option<usize>,
     meter: &mut Meter,
 ) -> Result<(), Stop> {
-    let chunk = usize::try_from(ctx.n_batch()).unwrap_or(1).max(1);
+    let n_batch = usize::try_from(ctx.n_batch()).unwrap_or(1);
+    let chunk = chunk.unwrap_or(n_batch).min(n_batch).max(1);
     for part in tokens.chunks(chunk) {
         let mut batch = part.to_vec();
         let p0 = process_sample();
@@ -333,53 +348,64 @@ struct Work {
     store_s: f64,
 }
 
-/// Restores what `kept` shares with `tokens` (at most `tokens.len() - 1`: the last position is
-/// always prefilled, its logits are the answer). Returns the tokens now in sequence 0.
+/// Restores `kept` when it holds exactly `prefix` (this prompt's prefix part); returns whether
+/// it did. A state covering a different prefix is not cut to the shared part: its positions were
+/// computed in other batches than a cold prefill of this prompt forms, so the scores could
+/// differ in rounding — the next store replaces it instead.
 fn restore_kept(
     ctx: &mut Context<'_, MoeHook>,
     kept: &PrefixState,
-    tokens: &[Token],
+    prefix: &[Token],
     work: &mut Work,
-) -> Result<usize, DecideError> {
+) -> Result<bool, DecideError> {
     let Some(state) = kept.state.as_ref() else {
-        return Ok(0);
+        return Ok(false);
     };
-    let shared = common_prefix(&kept.tokens, tokens).min(tokens.len().saturating_sub(1));
-    if shared == 0 {
-        return Ok(0);
+    if prefix.is_empty() || kept.tokens != prefix {
+        return Ok(false);
     }
     let t0 = Instant::now();
     ctx.restore_seq(SEQ, state)
         .map_err(|e| DecideError::State(format!("restoring the prefix state: {e}")))?;
-    let mut reused = shared;
-    let from = i32::try_from(shared).unwrap_or(i32::MAX);
-    if shared < kept.tokens.len() && !ctx.seq_rm(SEQ, from, -1) {
-        // a sliding-window cache cannot drop a tail: start from nothing
-        ctx.clear_memory();
-        reused = 0;
-    }
     work.restore_s = t0.elapsed().as_secs_f64();
-    Ok(reused)
+    Ok(true)
+}
+
+/// What one decide prefills and reads.
+#[derive(Debug, Clone, Copy)]
+struct Plan<'a> {
+    /// The whole rendered prompt.
+    tokens: &'a [Token],
+    /// Where the prefix part ends (the kept state's length).
+    n_keep: usize,
+    /// Each choice's first token.
+    firsts: &'a [Token],
+    /// `reuse_prefix`.
+    reuse: bool,
+    /// The most tokens per decode, if limited.
+    chunk: Option<usize>,
 }
 
 /// The decide proper, in a cache that starts empty.
 fn score(
     ctx: &mut Context<'_, MoeHook>,
-    tokens: &[Token],
-    n_keep: usize,
-    firsts: &[Token],
-    reuse: bool,
+    plan: &Plan<'_>,
     kept: &mut PrefixState,
     meter: &mut Meter,
 ) -> Result<Work, DecideError> {
+    let Plan {
+        tokens,
+        n_keep,
+        firsts,
+        reuse,
+        chunk,
+    } = *plan;
     let mut work = Work::default();
-    let mut pos = 0;
-    if reuse {
-        pos = restore_kept(ctx, kept, tokens, &mut work)?;
-        work.n_reused = pos;
-    }
-    if pos < n_keep {
-        match prefill(ctx, &tokens[pos..n_keep], meter) {
+    let restored = reuse && restore_kept(ctx, kept, &tokens[..n_keep], &mut work)?;
+    if restored {
+        work.n_reused = n_keep;
+    } else {
+        match prefill(ctx, &tokens[..n_keep], chunk, meter) {
             Ok(()) => {}
             Err(Stop::Cancelled) => {
                 work.cancelled = true;
@@ -387,8 +413,7 @@ fn score(
             }
             Err(Stop::Failed(e)) => return Err(e),
         }
-        pos = n_keep;
-        if reuse {
+        if reuse && n_keep > 0 {
             let t0 = Instant::now();
             let state = ctx
                 .save_seq(SEQ)
@@ -398,7 +423,7 @@ fn score(
             work.store_s = t0.elapsed().as_secs_f64();
         }
     }
-    match prefill(ctx, &tokens[pos..], meter) {
+    match prefill(ctx, &tokens[n_keep..], chunk, meter) {
         Ok(()) => {}
         Err(Stop::Cancelled) => {
             work.cancelled = true;
@@ -418,7 +443,6 @@ fn score(
 }
 
 /// Answers one decide request on `ctx` (see the module docs), keeping `kept` between calls.
-/// `think_ctl` is the template's (`ChatTemplate::think_ctl`): how reasoning is turned off.
 ///
 /// Returns the complete `BMOE_DECIDE` record; `cancelled:true` (with no scores and `best` −1)
 /// when the context's abort flag stopped the prefill. The abort flag is not cleared here: the
@@ -431,14 +455,13 @@ fn score(
 /// error, llama.cpp refusing the batch) or a KV state that could not be saved or restored.
 pub fn decide(
     ctx: &mut Context<'_, MoeHook>,
-    template: Option<&ChatTemplate>,
-    think_ctl: ThinkCtl,
+    setup: DecideSetup<'_>,
     req: &DecideRequest,
     kept: &mut PrefixState,
 ) -> Result<Decide, DecideError> {
     let model = ctx.model();
     let firsts = first_tokens(model, &req.choices)?;
-    let prompt = render_prompt(template, think_ctl, &req.prefix, &req.suffix)?;
+    let prompt = render_prompt(setup.template, setup.think_ctl, &req.prefix, &req.suffix)?;
     let tokenize = |text: &str| {
         model
             .tokenize(text)
@@ -475,7 +498,14 @@ pub fn decide(
     ctx.clear_memory();
     let stats0 = stream_stats(ctx);
     let mut meter = Meter::default();
-    let outcome = score(ctx, &tokens, n_keep, &firsts, reuse, kept, &mut meter);
+    let plan = Plan {
+        tokens: &tokens,
+        n_keep,
+        firsts: &firsts,
+        reuse,
+        chunk: setup.prefill_chunk,
+    };
+    let outcome = score(ctx, &plan, kept, &mut meter);
     let stats1 = stream_stats(ctx);
     ctx.clear_memory();
     if let Some(conv) = &conversation {

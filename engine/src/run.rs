@@ -817,6 +817,14 @@ impl<'m> Engine<'m> {
         self.streaming && self.resolved.cache_mb > 0
     }
 
+    /// The most tokens one prefill decode may take (the prefill split, when the expert cache
+    /// cannot hold a whole layer's experts); `None` when prefills are not split.
+    pub fn prefill_chunk(&self) -> Option<usize> {
+        self.resolved
+            .prefill_chunk
+            .map(|c| usize::try_from(c).unwrap_or(usize::MAX))
+    }
+
     /// The abort flag the context polls between graph nodes: raising it stops the decode in
     /// flight (a cancel). Lower it with [`Self::clear_abort`] before the next turn.
     pub fn abort_flag(&self) -> Arc<AtomicBool> {

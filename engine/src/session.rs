@@ -17,7 +17,7 @@
 
 use crate::chat::Message;
 use crate::config::RunConfig;
-use crate::decide::{PrefixState, decide};
+use crate::decide::{DecideSetup, PrefixState, decide};
 use crate::ffi::Token;
 use crate::run::{Engine, EngineError, Generation, Turn, load_model};
 use bmoe_telemetry::protocol::{
@@ -502,8 +502,14 @@ fn run_decide(
         })
     } else {
         let think_ctl = engine.think_ctl();
+        let prefill_chunk = engine.prefill_chunk();
         let (ctx, template) = engine.ctx_and_template();
-        decide(ctx, template, think_ctl, d, prefix)
+        let setup = DecideSetup {
+            template,
+            think_ctl,
+            prefill_chunk,
+        };
+        decide(ctx, setup, d, prefix)
     };
     match rec {
         Ok(rec) => {

@@ -5,7 +5,7 @@
 //! decides answers as without them; streamed experts score exactly as resident ones).
 
 use bmoe_engine::chat::{ChatTemplate, ThinkCtl};
-use bmoe_engine::decide::{DecideError, PrefixState, decide};
+use bmoe_engine::decide::{DecideError, DecideSetup, PrefixState, decide};
 use bmoe_engine::ffi::{Context, ContextOptions, Model, ModelOptions, Token};
 use bmoe_engine::hook::MoeHook;
 use bmoe_engine::run::logits_hash;
@@ -61,6 +61,22 @@ fn template(model: &Model) -> ChatTemplate {
     let bos = String::from_utf8_lossy(&model.token_piece(model.bos())).into_owned();
     ChatTemplate::new(&src, &bos, &bos).expect("template parses")
 }
+
+/// Rendered with the model's template, prefill unsplit.
+fn chat(t: &ChatTemplate) -> DecideSetup<'_> {
+    DecideSetup {
+        template: Some(t),
+        think_ctl: t.think_ctl(),
+        prefill_chunk: None,
+    }
+}
+
+/// Raw `prefix + suffix`, prefill unsplit.
+const RAW: DecideSetup<'static> = DecideSetup {
+    template: None,
+    think_ctl: ThinkCtl::Template,
+    prefill_chunk: None,
+};
 
 fn request(id: i64, prefix: &str, suffix: &str, choices: &[&str], reuse: bool) -> DecideRequest {
     DecideRequest {
@@ -125,7 +141,7 @@ fn log_probs_match_a_plain_prefill_and_best_is_the_argmax() {
     let mut ctx = context(&model, 512, abort);
     let mut kept = PrefixState::new();
     let req = request(7, DOC, "Which letter?", CHOICES, true);
-    let d = decide(&mut ctx, Some(&t), t.think_ctl(), &req, &mut kept).expect("decide");
+    let d = decide(&mut ctx, chat(&t), &req, &mut kept).expect("decide");
 
     // the same prompt, rendered, tokenized and prefilled by hand: split where the engine
     // splits (end of the prefix, which it keeps), and in one piece
@@ -187,8 +203,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
 
     let first = decide(
         &mut ctx,
-        Some(&t),
-        t.think_ctl(),
+        chat(&t),
         &request(1, DOC, "Q1?", CHOICES, true),
         &mut kept,
     )
@@ -201,8 +216,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
     // same prefix, another suffix: the kept prefix is restored, only the rest prefilled
     let reused = decide(
         &mut ctx,
-        Some(&t),
-        t.think_ctl(),
+        chat(&t),
         &request(2, DOC, "And the second question?", CHOICES, true),
         &mut kept,
     )
@@ -214,8 +228,7 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
 
     let fresh = decide(
         &mut ctx,
-        Some(&t),
-        t.think_ctl(),
+        chat(&t),
         &request(3, DOC, "And the second question?", CHOICES, false),
         &mut kept,
     )
@@ -233,68 +246,113 @@ fn prefix_reuse_changes_the_work_not_the_scores() {
         "a different question must change the scores (else this test proves nothing)"
     );
 
-    // a prefix that shares only its start: partial restore, then the new prefix is kept
+    // a prefix that shares only its start is not cut down to the shared part (its positions were
+    // batched differently): prefilled cold, and kept in place of the old one
     let other = "The streaming engine reads every expert. ";
     let partial = decide(
         &mut ctx,
-        Some(&t),
-        t.think_ctl(),
+        chat(&t),
         &request(4, other, "Q?", CHOICES, true),
         &mut kept,
     )
     .expect("partial");
-    assert!(partial.n_reused > 0 && (partial.n_reused as usize) < n_keep);
-    assert!(partial.store_s > 0.0);
+    assert_eq!(partial.n_reused, 0);
+    assert!(partial.store_s > 0.0 && partial.restore_s == 0.0);
+    assert_ne!(kept.tokens().len(), n_keep, "the new prefix is kept");
     let cold = decide(
         &mut ctx,
-        Some(&t),
-        t.think_ctl(),
+        chat(&t),
         &request(5, other, "Q?", CHOICES, false),
         &mut kept,
     )
     .expect("cold");
     assert_same_scores(&partial, &cold);
 
-    // an unrelated prompt shares the template's head only
-    let unrelated = decide(
+    // ...and the next question on that prefix restores it
+    let again = decide(
         &mut ctx,
-        Some(&t),
-        t.think_ctl(),
-        &request(6, "Something else entirely. ", "Q?", CHOICES, true),
+        chat(&t),
+        &request(6, other, "Q2?", CHOICES, true),
         &mut kept,
     )
-    .expect("unrelated");
+    .expect("again");
+    assert_eq!(again.n_reused as usize, kept.tokens().len());
     let cold = decide(
         &mut ctx,
-        Some(&t),
-        t.think_ctl(),
-        &request(7, "Something else entirely. ", "Q?", CHOICES, false),
+        chat(&t),
+        &request(7, other, "Q2?", CHOICES, false),
         &mut kept,
     )
     .expect("cold");
-    assert_same_scores(&unrelated, &cold);
+    assert_same_scores(&again, &cold);
+}
+
+#[test]
+fn a_split_prefill_decodes_what_a_resident_ubatch_run_does() {
+    // the engine's prefill split (expert cache smaller than a layer) cuts every decode into
+    // chunks; a context whose physical batch is that chunk forms the same batches
+    let model = load(&models().tiny);
+    let t = template(&model);
+    let split = DecideSetup {
+        prefill_chunk: Some(2),
+        ..chat(&t)
+    };
+    let mut wide = context(&model, 512, Arc::new(AtomicBool::new(false)));
+    let mut kept = PrefixState::new();
+    let stored = decide(
+        &mut wide,
+        split,
+        &request(1, DOC, "Q?", CHOICES, true),
+        &mut kept,
+    )
+    .expect("split, storing");
+    let reused = decide(
+        &mut wide,
+        split,
+        &request(2, DOC, "Q?", CHOICES, true),
+        &mut kept,
+    )
+    .expect("split, reusing");
+    assert!(reused.n_reused > 0);
+    assert_same_scores(&stored, &reused);
+
+    let opts = ContextOptions {
+        n_ctx: 512,
+        n_batch: 512,
+        n_ubatch: 2,
+        n_threads: 2,
+    };
+    let mut narrow: Context<'_, MoeHook> =
+        Context::new(&model, opts, None, Arc::new(AtomicBool::new(false))).expect("context");
+    let mut other = PrefixState::new();
+    let by_ubatch = decide(
+        &mut narrow,
+        chat(&t),
+        &request(3, DOC, "Q?", CHOICES, true),
+        &mut other,
+    )
+    .expect("ubatch 2");
+    assert_same_scores(&stored, &by_ubatch);
 }
 
 #[test]
 fn sliding_window_model_reuse_gives_the_same_scores() {
-    // gpt-oss has sliding-window layers (an iSWA cache): whole and partial restores still score
-    // exactly like a cold prefill
+    // gpt-oss has sliding-window layers (an iSWA cache): a restored state still scores exactly
+    // like a cold prefill
     let model = load(&models().gpt_oss);
     let mut ctx = context(&model, 512, Arc::new(AtomicBool::new(false)));
     let mut kept = PrefixState::new();
     let choices = &["A", "B", "C"];
     decide(
         &mut ctx,
-        None,
-        ThinkCtl::Template,
+        RAW,
         &request(1, DOC, "Q1?", choices, true),
         &mut kept,
     )
     .expect("store");
     let whole = decide(
         &mut ctx,
-        None,
-        ThinkCtl::Template,
+        RAW,
         &request(2, DOC, "Q2?", choices, true),
         &mut kept,
     )
@@ -302,8 +360,7 @@ fn sliding_window_model_reuse_gives_the_same_scores() {
     assert!(whole.n_reused > 0);
     let cold = decide(
         &mut ctx,
-        None,
-        ThinkCtl::Template,
+        RAW,
         &request(3, DOC, "Q2?", choices, false),
         &mut kept,
     )
@@ -312,16 +369,14 @@ fn sliding_window_model_reuse_gives_the_same_scores() {
     let part = "The streaming engine reads every expert. ";
     let partial = decide(
         &mut ctx,
-        None,
-        ThinkCtl::Template,
+        RAW,
         &request(4, part, "Q?", choices, true),
         &mut kept,
     )
     .expect("partial");
     let cold = decide(
         &mut ctx,
-        None,
-        ThinkCtl::Template,
+        RAW,
         &request(5, part, "Q?", choices, false),
         &mut kept,
     )
@@ -334,8 +389,8 @@ fn a_conversation_in_the_kv_survives_a_decide() {
     let model = load(&models().tiny);
     let t = template(&model);
     let mut ctx = context(&model, 512, Arc::new(AtomicBool::new(false)));
-    let chat = t.render("Tell me about flash storage.", true).unwrap();
-    let prompt = model.tokenize(&chat).unwrap();
+    let chat_text = t.render("Tell me about flash storage.", true).unwrap();
+    let prompt = model.tokenize(&chat_text).unwrap();
 
     let last = prompt.len() - 1;
     let mut history = prompt[..last].to_vec();
@@ -351,7 +406,7 @@ fn a_conversation_in_the_kv_survives_a_decide() {
     let mut kept = PrefixState::new();
     for (i, reuse) in [true, true, false].into_iter().enumerate() {
         let req = request(i as i64, DOC, "Which?", CHOICES, reuse);
-        decide(&mut ctx, Some(&t), t.think_ctl(), &req, &mut kept).expect("decide");
+        decide(&mut ctx, chat(&t), &req, &mut kept).expect("decide");
         assert_eq!(ctx.seq_len(0), history.len(), "the conversation is back");
     }
     ctx.decode(&mut [prompt[last]]).unwrap();
@@ -371,8 +426,7 @@ fn request_errors_are_rejected_before_touching_the_kv() {
     let mut run = |choices: &[&str], prefix: &str| {
         let e = decide(
             &mut ctx,
-            Some(&t),
-            t.think_ctl(),
+            chat(&t),
             &request(1, prefix, "", choices, true),
             &mut kept,
         )
@@ -412,8 +466,7 @@ fn special_token_texts_in_a_choice_are_plain_text() {
     // "<|im_end|>" as a choice is its characters, so it collides with "<b>" on "<"
     let e = decide(
         &mut ctx,
-        None,
-        ThinkCtl::Template,
+        RAW,
         &request(1, DOC, "", &["<|im_end|>", "<b>"], true),
         &mut kept,
     )
@@ -433,8 +486,7 @@ fn cancel_stops_the_decide_and_keeps_the_conversation() {
     abort.store(true, Ordering::SeqCst);
     let d = decide(
         &mut ctx,
-        Some(&t),
-        t.think_ctl(),
+        chat(&t),
         &request(9, DOC, "Q?", CHOICES, true),
         &mut kept,
     )
@@ -448,8 +500,7 @@ fn cancel_stops_the_decide_and_keeps_the_conversation() {
     assert_eq!(kept.size_bytes(), 0, "nothing half-prefilled is kept");
     let after = decide(
         &mut ctx,
-        Some(&t),
-        t.think_ctl(),
+        chat(&t),
         &request(10, DOC, "Q?", CHOICES, true),
         &mut kept,
     )
@@ -460,6 +511,11 @@ fn cancel_stops_the_decide_and_keeps_the_conversation() {
 /// Runs one `bmoe-cli --session` with `requests` on stdin (then EOF) and returns its protocol
 /// records; panics with stderr when it fails.
 fn session(extra: &[&str], requests: &[String]) -> Vec<Record> {
+    session_full(extra, requests).0
+}
+
+/// [`session`] plus stderr.
+fn session_full(extra: &[&str], requests: &[String]) -> (Vec<Record>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
         .arg("-m")
         .arg(&models().tiny)
@@ -488,14 +544,15 @@ fn session(extra: &[&str], requests: &[String]) -> Vec<Record> {
     let out = child.wait_with_output().expect("session output");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "session failed: {stderr}");
-    String::from_utf8_lossy(&out.stdout)
+    let records = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| match parse_line(l) {
             LineKind::Record(r) => Some(r),
             LineKind::Malformed { tag, reason } => panic!("malformed BMOE_{tag}: {reason}"),
             _ => None,
         })
-        .collect()
+        .collect();
+    (records, stderr.into_owned())
 }
 
 fn decide_line(id: i64, prefix: &str, suffix: &str, reuse: bool) -> String {
@@ -579,23 +636,43 @@ fn streamed_experts_score_exactly_as_resident_ones() {
         decide_line(2, DOC, "Which number?", true),
         decide_line(3, DOC, "Which number?", false),
     ];
-    let resident = decides(&session(&[], &requests));
-    for extra in [
-        &["--moe-stream"][..],
-        &["--moe-stream", "--cache-mb", "1"][..],
-    ] {
-        let streamed = decides(&session(extra, &requests));
-        assert_eq!(streamed.len(), 3);
-        for (r, s) in resident.iter().zip(&streamed) {
+    let check = |resident: &[Decide], streamed: &[Decide], what: &str| {
+        assert_eq!(streamed.len(), 3, "{what}");
+        for (r, s) in resident.iter().zip(streamed) {
             assert_same_scores(r, s);
             assert_eq!((r.n_reused, r.n_prefilled), (s.n_reused, s.n_prefilled));
             assert_eq!(r.prefill_read_mib, 0.0, "resident reads no experts");
         }
         assert!(
             streamed[0].prefill_read_mib > 0.0,
-            "{extra:?}: the first decide streams its experts"
+            "{what}: the first decide streams"
         );
-        assert!(streamed[1].n_reused > 0);
-    }
+        assert!(streamed[1].n_reused > 0, "{what}");
+    };
+    let resident = decides(&session(&[], &requests));
     assert_same_scores(&resident[1], &resident[2]);
+    let streamed = decides(&session(&["--moe-stream"], &requests));
+    check(&resident, &streamed, "--moe-stream");
+
+    // a cache smaller than a layer's experts splits every prefill; the resident run with that
+    // physical batch decodes the same batches
+    let (records, stderr) = session_full(&["--moe-stream", "--cache-mb", "1"], &requests);
+    let chunk = stderr
+        .split("prefill split into decodes of ≤")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no prefill split note in:\n{stderr}"))
+        .to_string();
+    let resident_split = decides(&session(&["--ubatch", &chunk], &requests));
+    let split = decides(&records);
+    check(&resident_split, &split, "--cache-mb 1");
+    // the split is real: in chunks whose union fits 1 MiB, the cache cannot keep what the next
+    // chunk needs, so the prefill reads far more than the one pass over every routed expert an
+    // unsplit prefill makes
+    assert!(
+        split[0].prefill_read_mib > 2.0 * streamed[0].prefill_read_mib,
+        "split {} MiB vs unsplit {} MiB",
+        split[0].prefill_read_mib,
+        streamed[0].prefill_read_mib
+    );
 }
