@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
+use bmoe_telemetry::table::Truncated;
 use bmoe_telemetry::trace::{
-    ComputeRow, ComputeTraceReader, DecodeTraceInfo, IoRow, IoTraceReader,
+    ComputeRow, ComputeTraceReader, DecodeTraceInfo, IoRow, IoTraceReader, TraceReader, TraceRow,
 };
 
 use serde_json::json;
@@ -38,13 +39,28 @@ fn flag(v: Option<bool>) -> String {
     v.map_or_else(|| "?".to_string(), |b| u8::from(b).to_string())
 }
 
-pub(crate) fn read_all<T>(
+/// Every row of a trace. A last line cut short (a killed writer) is not a row: the rows before
+/// it are returned and the cut is handed back for the caller to report (see [`note_cut`]).
+pub(crate) fn read_all<R: std::io::BufRead, T: TraceRow>(
     path: &Path,
-    reader: impl Iterator<Item = bmoe_telemetry::Result<T>>,
-) -> Result<Vec<T>> {
-    reader
+    mut reader: TraceReader<R, T>,
+) -> Result<(Vec<T>, Option<Truncated>)> {
+    let rows = reader
+        .by_ref()
         .collect::<bmoe_telemetry::Result<Vec<T>>>()
-        .map_err(|e| AnalyzeError::from_telemetry(path, e))
+        .map_err(|e| AnalyzeError::from_telemetry(path, e))?;
+    Ok((rows, reader.truncated().cloned()))
+}
+
+/// Say on stderr that a cut-short last line was left out (the route reader's note).
+pub(crate) fn note_cut(path: &Path, cut: Option<&Truncated>) {
+    if let Some(cut) = cut {
+        eprintln!(
+            "note: {}: line {} has no line end and does not parse (the writer was killed?); it was left out",
+            path.display(),
+            cut.line
+        );
+    }
 }
 
 /// Keep decode rows, or every row when there are none. `None` when the file has no rows.
@@ -91,7 +107,8 @@ pub fn compute(path: &Path, opt: ComputeOptions) -> Result<Report> {
     let reader =
         ComputeTraceReader::open(path).map_err(|e| AnalyzeError::from_telemetry(path, e))?;
     let info: DecodeTraceInfo = reader.info().clone();
-    let rows = read_all(path, reader)?;
+    let (rows, cut) = read_all(path, reader)?;
+    note_cut(path, cut.as_ref());
     let (rows, fell_back) = select(path, rows, |r: &ComputeRow| r.phase)?;
     let n = rows
         .iter()
@@ -321,7 +338,8 @@ fn opt_str(v: &Option<String>) -> String {
 pub fn io(path: &Path, adjacent: bool) -> Result<Report> {
     let reader = IoTraceReader::open(path).map_err(|e| AnalyzeError::from_telemetry(path, e))?;
     let info: DecodeTraceInfo = reader.info().clone();
-    let rows = read_all(path, reader)?;
+    let (rows, cut) = read_all(path, reader)?;
+    note_cut(path, cut.as_ref());
     let (rows, fell_back) = select(path, rows, |r: &IoRow| r.phase)?;
     let steps: HashSet<i64> = rows.iter().map(|r| r.step).collect();
     let n = steps.len().max(1) as f64;

@@ -472,3 +472,33 @@ fn metrics_plot_needs_exactly_one_file() {
         assert!(!Path::new(&out_svg).exists());
     }
 }
+
+#[test]
+fn a_cut_short_last_line_is_noted_once_and_left_out() {
+    // A killed writer leaves a last line without its line end: the report and the plot use the
+    // rows before it, and stderr says so once (not once per reader).
+    let cut = format!("{}0,1,9,0,3,0,1,0,42", io_trace());
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = d.path().join("io.csv");
+    std::fs::write(&p, &cut).expect("write");
+    let png = d.path().join("io.png");
+    let p = p.to_str().expect("path");
+    let out = run(&["io", p, "--plot", png.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.matches("has no line end").count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("note: {p}: line 15 has no line end")),
+        "{err}"
+    );
+    let whole = d.path().join("whole.csv");
+    std::fs::write(&whole, io_trace()).expect("write");
+    let full = run(&["io", whole.to_str().expect("path")]);
+    let strip = |b: &[u8]| text(b).lines().skip(1).collect::<Vec<_>>().join("\n");
+    assert_eq!(
+        strip(&out.stdout),
+        strip(&full.stdout),
+        "same report as without the cut line"
+    );
+    assert_drawn_png(&png);
+}
