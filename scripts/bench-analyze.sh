@@ -2,6 +2,7 @@
 # Benchmark bmoe-analyze against the reference Python timings (shared/reference-outputs/TIMINGS.md).
 #
 #   scripts/bench-analyze.sh [OUT_DIR]      (default bench-data/<today>-analyze)
+#   BMOE_BENCH_ONLY=convert scripts/bench-analyze.sh [OUT_DIR]   (only the convert table)
 #
 # Generates the deterministic synthetic route traces with shared/tools/gen_route_trace.py into a
 # scratch dir (never committed), runs each command under /usr/bin/time -v, keeps the raw output
@@ -50,13 +51,20 @@ runs=(
   "drop-qwen|0.45|drop $QWEN"
 )
 
+# Seconds of wall time from a /usr/bin/time -v report.
+wall_of() {
+  awk -F': ' '/Elapsed \(wall clock\)/{print $2}' "$1" | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }'
+}
+
+# BMOE_BENCH_ONLY=convert skips this table (and leaves an existing raw/table.md alone).
+if [ "${BMOE_BENCH_ONLY:-}" != convert ]; then
 printf '| run | wall s | user s | max RSS MiB | load avg | ref wall s | speed-up (wall) |\n|---|---:|---:|---:|---:|---:|---:|\n'
 for r in "${runs[@]}"; do
   IFS='|' read -r name ref cmd <<<"$r"
   load=$(cut -d' ' -f1 /proc/loadavg)
   # shellcheck disable=SC2086
   /usr/bin/time -v "$BIN" $cmd >"$OUT/raw/$name.stdout.txt" 2>"$OUT/raw/$name.time.txt" || true
-  wall=$(awk -F': ' '/Elapsed \(wall clock\)/{print $2}' "$OUT/raw/$name.time.txt" | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
+  wall=$(wall_of "$OUT/raw/$name.time.txt")
   user=$(awk -F': ' '/User time/{print $2}' "$OUT/raw/$name.time.txt")
   rss=$(awk -F': ' '/Maximum resident/{printf "%.1f", $2/1024}' "$OUT/raw/$name.time.txt")
   ratio="-"
@@ -67,3 +75,30 @@ for r in "${runs[@]}"; do
   esac
   printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$wall" "$user" "$rss" "$load" "$ref" "$ratio"
 done | tee "$OUT/raw/table.md"
+fi
+
+# `convert`: streaming a route trace into Parquet / Arrow IPC. rows/s is data rows over wall
+# time; out/CSV is the output size over the input size. The output goes to the scratch dir.
+convert_runs=(
+  "convert-parquet-5M|$BIG|parquet"
+  "convert-arrow-5M|$BIG|arrow"
+  "convert-parquet-qwen|$QWEN|parquet"
+  "convert-arrow-qwen|$QWEN|arrow"
+)
+{
+printf '| convert | rows | wall s | user s | max RSS MiB | rows/s (wall) | out MiB | out/CSV | load avg |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+for r in "${convert_runs[@]}"; do
+  IFS='|' read -r name input fmt <<<"$r"
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  dest="$SCRATCH/$name.$fmt"
+  /usr/bin/time -v "$BIN" convert "$input" --to "$fmt" -o "$dest" >"$OUT/raw/$name.stdout.txt" 2>"$OUT/raw/$name.time.txt" || true
+  wall=$(wall_of "$OUT/raw/$name.time.txt")
+  user=$(awk -F': ' '/User time/{print $2}' "$OUT/raw/$name.time.txt")
+  rss=$(awk -F': ' '/Maximum resident/{printf "%.1f", $2/1024}' "$OUT/raw/$name.time.txt")
+  rows=$(sed -n 's/.*, \([0-9]*\) rows,.*/\1/p' "$OUT/raw/$name.stdout.txt")
+  in_b=$(stat -c %s "$input")
+  out_b=$(stat -c %s "$dest" 2>/dev/null || echo 0)
+  awk -v n="$name" -v rows="${rows:-0}" -v w="$wall" -v u="$user" -v rss="$rss" -v ib="$in_b" -v ob="$out_b" -v l="$load" \
+    'BEGIN{printf "| %s | %d | %s | %s | %s | %.0f | %.1f | %.2f | %s |\n", n, rows, w, u, rss, rows/(w>0?w:0.001), ob/1048576, ob/ib, l}'
+done
+} | tee "$OUT/raw/convert-table.md"
