@@ -316,19 +316,18 @@ fn check(path: &Path, exp: &Expected, got: &ReadBack, what: &str) {
     for (i, (g, e)) in got.rows.iter().zip(&exp.rows).enumerate() {
         assert_eq!(g, e, "{ctx}: data row {i}");
     }
-    for meta in [&got.schema_meta] {
-        assert_eq!(meta.get("bmoe.format"), Some(&exp.format), "{ctx}");
-        assert_eq!(
-            meta.get("bmoe.preamble"),
-            Some(&exp.preamble.join("\n")),
-            "{ctx}"
-        );
-        assert_eq!(
-            meta.contains_key("bmoe.summary"),
-            exp.summaries > 0,
-            "{ctx}: summary trailer"
-        );
-    }
+    let meta = &got.schema_meta;
+    assert_eq!(meta.get("bmoe.format"), Some(&exp.format), "{ctx}");
+    assert_eq!(
+        meta.get("bmoe.preamble"),
+        Some(&exp.preamble.join("\n")),
+        "{ctx}"
+    );
+    assert_eq!(
+        meta.contains_key("bmoe.summary"),
+        exp.summaries > 0,
+        "{ctx}: summary trailer"
+    );
 }
 
 #[test]
