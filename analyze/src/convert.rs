@@ -221,27 +221,9 @@ fn run_trace<T: TraceRow, B: Batcher<Row = T>>(
 ) -> Result<Done> {
     let schema = schema_with(batcher.fields(), &meta);
     let mut sink = Sink::create(output, target, schema.clone(), &meta)?;
-    let mut rows = 0u64;
-    for row in reader.by_ref() {
-        let row = row.map_err(|e| AnalyzeError::from_telemetry(input, e))?;
-        batcher.push(&row).map_err(|e| too_many(input, &e))?;
-        rows += 1;
-        if batcher.len() >= BATCH_ROWS {
-            sink.write(&batch(&schema, &mut batcher)?)?;
-        }
-    }
-    if batcher.len() > 0 {
-        sink.write(&batch(&schema, &mut batcher)?)?;
-    }
+    let rows = stream_rows(input, reader.by_ref(), &mut batcher, &schema, &mut sink)?;
     let truncated = reader.truncated().cloned();
-    let mut tail = Vec::new();
-    if let Some(t) = &truncated {
-        tail.push((
-            format!("{META_PREFIX}truncated"),
-            format!("line {}: {}", t.line, t.reason),
-        ));
-    }
-    sink.finish(&tail)?;
+    finish_sink(sink, truncated.as_ref())?;
     Ok(Done {
         format: T::FORMAT.to_string(),
         rows,
@@ -280,28 +262,9 @@ fn run_metrics(input: &Path, output: &Path, target: Target) -> Result<Done> {
     }
     let schema = schema_with(batcher.fields(), &meta);
     let mut sink = Sink::create(output, target, schema.clone(), &meta)?;
-    let mut rows = 0u64;
-    for row in reader.by_ref() {
-        batcher
-            .push(&row.map_err(tel)?)
-            .map_err(|e| too_many(input, &e))?;
-        rows += 1;
-        if batcher.len() >= BATCH_ROWS {
-            sink.write(&batch(&schema, &mut batcher)?)?;
-        }
-    }
-    if batcher.len() > 0 {
-        sink.write(&batch(&schema, &mut batcher)?)?;
-    }
+    let rows = stream_rows(input, reader.by_ref(), &mut batcher, &schema, &mut sink)?;
     let truncated = reader.truncated().cloned();
-    let mut tail = Vec::new();
-    if let Some(t) = &truncated {
-        tail.push((
-            format!("{META_PREFIX}truncated"),
-            format!("line {}: {}", t.line, t.reason),
-        ));
-    }
-    sink.finish(&tail)?;
+    finish_sink(sink, truncated.as_ref())?;
     Ok(Done {
         format,
         rows,
@@ -309,6 +272,45 @@ fn run_metrics(input: &Path, output: &Path, target: Target) -> Result<Done> {
         truncated,
         skipped_columns,
     })
+}
+
+/// Pushes every row through `batcher` into `sink`, one record batch per [`BATCH_ROWS`] rows and
+/// a last partial one; returns how many rows went in.
+fn stream_rows<B: Batcher>(
+    input: &Path,
+    rows: impl Iterator<Item = std::result::Result<B::Row, bmoe_telemetry::Error>>,
+    batcher: &mut B,
+    schema: &SchemaRef,
+    sink: &mut Sink,
+) -> Result<u64> {
+    let mut count = 0u64;
+    for row in rows {
+        let row = row.map_err(|e| AnalyzeError::from_telemetry(input, e))?;
+        batcher.push(&row).map_err(|e| too_many(input, &e))?;
+        count += 1;
+        if batcher.len() >= BATCH_ROWS {
+            sink.write(&batch(schema, batcher)?)?;
+        }
+    }
+    if batcher.len() > 0 {
+        sink.write(&batch(schema, batcher)?)?;
+    }
+    Ok(count)
+}
+
+/// Closes the sink; a last line the reader left out (cut short by a killed writer) is recorded
+/// in the file's metadata, so the output never passes for the whole input.
+fn finish_sink(sink: Sink, truncated: Option<&Truncated>) -> Result<()> {
+    let tail: Vec<(String, String)> = truncated
+        .map(|t| {
+            (
+                format!("{META_PREFIX}truncated"),
+                format!("line {}: {}", t.line, t.reason),
+            )
+        })
+        .into_iter()
+        .collect();
+    sink.finish(&tail)
 }
 
 fn too_many(input: &Path, e: &arrow_schema::ArrowError) -> AnalyzeError {
