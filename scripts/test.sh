@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 
+# --no-fail-fast: one failing test binary must not hide the results of the ones after it.
 if [ $# -eq 0 ]; then
-  set -- --workspace
+  set -- --workspace --no-fail-fast
 fi
 exec cargo test --locked "$@"

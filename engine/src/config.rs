@@ -58,6 +58,10 @@ pub struct Cli {
     /// Sampling seed (default: random)
     #[arg(long = "seed", default_value_t = u32::MAX, value_name = "N")]
     pub seed: u32,
+    /// Never end at an end-of-generation token: every turn runs to -n / n_predict (benchmarks,
+    /// tests); end-of-generation tokens are removed from the choice
+    #[arg(long = "ignore-eos")]
+    pub ignore_eos: bool,
     /// Machine-readable per-token lines (BMOE_LOAD / BMOE_PROGRESS) on stdout
     #[arg(long = "progress")]
     pub progress: bool,
@@ -260,6 +264,8 @@ pub struct RunConfig {
     pub stream: Option<StreamConfig>,
     /// Feed seeded pseudo-random tokens (benchmarks).
     pub feed_random: Option<u64>,
+    /// Never pick an end-of-generation token (`--ignore-eos`).
+    pub ignore_eos: bool,
     /// Print per-step logits hashes.
     pub dump_logits_hash: bool,
     /// Test poisoning.
@@ -486,6 +492,7 @@ impl Cli {
             progress: self.progress,
             stream,
             feed_random: self.feed_random,
+            ignore_eos: self.ignore_eos,
             dump_logits_hash: self.dump_logits_hash,
             poison,
             csv: self.csv.clone(),

@@ -165,14 +165,27 @@ pub fn logits_hash(logits: &[f32]) -> u64 {
     h
 }
 
-fn argmax(logits: &[f32]) -> Token {
-    let mut best = 0usize;
+/// The highest logit's token among those not in `banned` (sorted); the first on ties. With
+/// everything banned (impossible for a real vocabulary) it falls back to token 0.
+fn argmax_except(logits: &[f32], banned: &[Token]) -> Token {
+    let mut best: Option<usize> = None;
     for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
+        if banned.binary_search(&(i as Token)).is_ok() {
+            continue;
+        }
+        if best.is_none_or(|b| v > logits[b]) {
+            best = Some(i);
         }
     }
-    best as Token
+    best.unwrap_or(0) as Token
+}
+
+/// Every end-of-generation token of the vocabulary, sorted: what `--ignore-eos` bans.
+fn eog_tokens(model: &Model) -> Vec<Token> {
+    (0..model.n_vocab())
+        .filter_map(|t| Token::try_from(t).ok())
+        .filter(|&t| model.is_eog(t))
+        .collect()
 }
 
 /// SplitMix64: seeded pseudo-random tokens for benchmark feeds.
@@ -446,6 +459,8 @@ pub struct Engine<'m> {
     csv: Option<CsvSink>,
     io_trace: Option<IoTracer>,
     sampler: Option<Sampler>,
+    /// Tokens never picked (sorted): the end-of-generation tokens under `--ignore-eos`.
+    banned: Vec<Token>,
     feed: Option<TokenFeed>,
     template: Option<ChatTemplate>,
     think_ctl: ThinkCtl,
@@ -725,6 +740,11 @@ impl<'m> Engine<'m> {
         } else {
             (None, ThinkCtl::Template)
         };
+        let banned = if cfg.ignore_eos {
+            eog_tokens(ctx.model())
+        } else {
+            Vec::new()
+        };
         let sampler = match cfg.sampling {
             Sampling::Greedy => None,
             Sampling::Sample {
@@ -732,12 +752,15 @@ impl<'m> Engine<'m> {
                 top_k,
                 top_p,
                 seed,
-            } => Some(ctx.sampler(SamplerParams {
-                temp,
-                top_k,
-                top_p,
-                seed,
-            })),
+            } => Some(ctx.sampler(
+                SamplerParams {
+                    temp,
+                    top_k,
+                    top_p,
+                    seed,
+                },
+                &banned,
+            )),
         };
         Ok(Self {
             cfg,
@@ -752,6 +775,7 @@ impl<'m> Engine<'m> {
             csv,
             io_trace,
             sampler,
+            banned,
             feed: cfg.feed_random.map(TokenFeed::new),
             template,
             think_ctl,
@@ -882,7 +906,7 @@ impl<'m> Engine<'m> {
         hashes.push(logits_hash(logits));
         let chosen = match self.sampler.as_mut() {
             Some(s) => self.ctx.sample(s),
-            None => argmax(logits),
+            None => argmax_except(logits, &self.banned),
         };
         match self.feed.as_mut() {
             Some(f) => f.next_token(model.n_vocab(), |t| model.is_eog(t)),
@@ -1250,7 +1274,16 @@ mod tests {
     #[test]
     fn hash_and_argmax() {
         assert_ne!(logits_hash(&[1.0, 2.0]), logits_hash(&[2.0, 1.0]));
-        assert_eq!(argmax(&[0.5, 3.0, 3.0, -1.0]), 1);
+        assert_eq!(argmax_except(&[0.5, 3.0, 3.0, -1.0], &[]), 1);
+    }
+
+    #[test]
+    fn argmax_skips_banned_tokens() {
+        let logits = [0.5, 3.0, 3.0, -1.0, 9.0];
+        assert_eq!(argmax_except(&logits, &[4]), 1);
+        assert_eq!(argmax_except(&logits, &[1, 4]), 2);
+        assert_eq!(argmax_except(&logits, &[1, 2, 4]), 0);
+        assert_eq!(argmax_except(&[-2.0, -1.0], &[1]), 0);
     }
 
     #[test]

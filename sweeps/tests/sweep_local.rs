@@ -444,7 +444,7 @@ preset = "tiny"
 flag = "--cache-mb"
 [[sweep]]
 name = "cache"
-flags = ["--moe-stream", "-t", "2"]
+flags = ["--moe-stream", "-t", "2", "--ignore-eos"]
 axes = {{ cache = [0, 8] }}
 "#,
             cli.display()
@@ -731,7 +731,7 @@ id = "tiny"
 preset = "tiny"
 [[sweep]]
 name = "chat"
-flags = ["--moe-stream", "--cache-mb", "16", "-t", "2"]
+flags = ["--moe-stream", "--cache-mb", "16", "-t", "2", "--ignore-eos"]
 session = {{ prompts = ["Tell me about computing.", "And then?"], clear_kv = false, n_predict = 5 }}
 "#,
             cli.display()

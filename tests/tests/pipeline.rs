@@ -34,6 +34,7 @@ fn engine_csv_and_protocol_feed_the_analyzer() {
             "-n",
             &TOKENS.to_string(),
             "--progress",
+            "--ignore-eos",
         ])
         .arg("--csv")
         .arg(&csv)

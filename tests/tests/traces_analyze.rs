@@ -32,7 +32,7 @@ fn cli_run(cli: &Path, model: &Path, extra: &[&std::ffi::OsStr]) {
         .arg("-m")
         .arg(model)
         .args(["-t", "2", "-c", "256", "-p", "The quick brown fox"])
-        .args(["-n", &TOKENS.to_string()])
+        .args(["-n", &TOKENS.to_string(), "--ignore-eos"])
         .args(extra)
         .output()
         .expect("run bmoe-cli");

@@ -343,9 +343,10 @@ impl<'m, H: EvalHook> Context<'m, H> {
         }
     }
 
-    /// Samples with a top-k → top-p → temperature → seeded distribution chain.
-    pub fn sampler(&self, s: SamplerParams) -> Sampler {
-        Sampler::new(s)
+    /// Samples with a top-k → top-p → temperature → seeded distribution chain; the tokens in
+    /// `banned` are never drawn (their logits are biased to minus infinity first).
+    pub fn sampler(&self, s: SamplerParams, banned: &[Token]) -> Sampler {
+        Sampler::new(s, self.model.n_vocab(), banned)
     }
 
     /// Samples the last logits with `sampler`.
@@ -397,11 +398,26 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    fn new(s: SamplerParams) -> Self {
+    fn new(s: SamplerParams, n_vocab: usize, banned: &[Token]) -> Self {
+        let n_vocab = i32::try_from(n_vocab).unwrap_or(i32::MAX);
+        let bias: Vec<ll::llama_logit_bias> = banned
+            .iter()
+            .map(|&token| ll::llama_logit_bias {
+                token,
+                bias: f32::NEG_INFINITY,
+            })
+            .collect();
+        let n_bias = i32::try_from(bias.len()).unwrap_or(i32::MAX);
         // SAFETY: the chain takes ownership of each added sampler; init functions return fresh
-        // objects (never null for valid parameters).
+        // objects (never null for valid parameters); logit_bias copies `bias` (n_bias entries).
         unsafe {
             let chain = ll::llama_sampler_chain_init(ll::llama_sampler_chain_default_params());
+            if !bias.is_empty() {
+                ll::llama_sampler_chain_add(
+                    chain,
+                    ll::llama_sampler_init_logit_bias(n_vocab, n_bias, bias.as_ptr()),
+                );
+            }
             ll::llama_sampler_chain_add(chain, ll::llama_sampler_init_top_k(s.top_k));
             ll::llama_sampler_chain_add(chain, ll::llama_sampler_init_top_p(s.top_p, 1));
             ll::llama_sampler_chain_add(chain, ll::llama_sampler_init_temp(s.temp));
