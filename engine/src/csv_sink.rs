@@ -4,7 +4,7 @@
 //! a contract line by hand.
 
 use crate::memory::{MemorySnapshot, mib};
-use crate::report::{RunSummary, TokenStats};
+use crate::report::{RunSummary, TokenStats, per_second};
 use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow, trailer_keys};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -89,15 +89,7 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     let mut t = SummaryTrailer::new();
     t.push(k::TOKENS, s.n_gen.to_string());
     t.push_f64(k::S_PER_TOK, s_tok, 3);
-    t.push_f64(
-        k::TOK_S,
-        if s.decode_s > 0.0 {
-            s.n_gen as f64 / s.decode_s
-        } else {
-            0.0
-        },
-        3,
-    );
+    t.push_f64(k::TOK_S, per_second(s.n_gen as f64, s.decode_s), 3);
     let st = s.stream.unwrap_or_default();
     let (io_tok, mgmt_tok) = (st.io_s / n, st.mgmt_s / n);
     t.push_f64(k::READ_MIB, mib(st.read_bytes), 1);
@@ -122,11 +114,7 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push_f64(k::PREFILL_S, s.prefill_s, 3);
     t.push_f64(
         k::PREFILL_TPS,
-        if s.prefill_s > 0.0 {
-            s.n_prompt as f64 / s.prefill_s
-        } else {
-            0.0
-        },
+        per_second(s.n_prompt as f64, s.prefill_s),
         2,
     );
     t.push_f64(k::STALL_S_PER_TOK, 0.0, 3);

@@ -198,21 +198,22 @@ pub struct StreamSummary {
     pub layer_demand_bytes: u64,
 }
 
+/// `amount / seconds`, or 0 when no time was measured (a run that generated nothing, a read
+/// that never blocked): the rates the summary lines and the CSV trailer print.
+pub(crate) fn per_second(amount: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 { amount / seconds } else { 0.0 }
+}
+
 /// The end-of-run lines after the banners: `generation:`, `compute:`, `mode:`, `prefill:`,
 /// `moe-stream:`, `moe-cache:`.
 pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
     let n = s.n_gen.max(1) as f64;
     let s_tok = s.decode_s / n;
-    let tok_s = if s.decode_s > 0.0 {
-        s.n_gen as f64 / s.decode_s
-    } else {
-        0.0
-    };
     let mut out = vec![
         Generation {
             tokens: s.n_gen as u64,
             s_per_token: s_tok,
-            tok_s,
+            tok_s: per_second(s.n_gen as f64, s.decode_s),
         }
         .to_string(),
     ];
@@ -236,16 +237,11 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
     }
     out.push(mode_line(mode));
     if s.n_prompt > 0 {
-        let tok_s = if s.prefill_s > 0.0 {
-            s.n_prompt as f64 / s.prefill_s
-        } else {
-            0.0
-        };
         out.push(
             Prefill {
                 tokens: s.n_prompt as u64,
                 seconds: s.prefill_s,
-                tok_s,
+                tok_s: per_second(s.n_prompt as f64, s.prefill_s),
                 load_s: s.load_s,
                 ttft_s: s.load_s + s.prefill_s,
             }
@@ -264,11 +260,7 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
                 compute_s: (s_tok - io_s - mgmt_s).max(0.0),
                 mgmt_s: Some(mgmt_s),
                 io_s,
-                mib_per_s: if st.io_s > 0.0 {
-                    read_mib / st.io_s
-                } else {
-                    0.0
-                },
+                mib_per_s: per_second(read_mib, st.io_s),
                 stall_s_per_token: None,
             }
             .to_string(),
@@ -301,6 +293,15 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DenseWeights::{self, Anon, Mmap};
+
+    fn streaming(cache_mb: u64, auto: bool, dense: DenseWeights) -> ModeLine {
+        ModeLine::Streaming {
+            cache_mb,
+            auto,
+            dense,
+        }
+    }
 
     #[test]
     fn progress_line_matches_the_contract() {
@@ -361,14 +362,7 @@ mod tests {
                 layer_demand_bytes: 0,
             }),
         };
-        let lines = summary_lines(
-            &s,
-            &ModeLine::Streaming {
-                cache_mb: 2,
-                auto: false,
-                dense: crate::config::DenseWeights::Mmap,
-            },
-        );
+        let lines = summary_lines(&s, &streaming(2, false, Mmap));
         assert_eq!(
             lines[0],
             "generation: 4 tokens, 0.500 s/token (2.000 tok/s)"
@@ -401,19 +395,11 @@ mod tests {
         assert_eq!(plain.len(), 2);
         assert!(plain[1].contains("'llama' is not one this build streams"));
         assert_eq!(
-            mode_line(&ModeLine::Streaming {
-                cache_mb: 0,
-                auto: false,
-                dense: crate::config::DenseWeights::Mmap
-            }),
+            mode_line(&streaming(0, false, Mmap)),
             "mode: expert streaming, cache off, dense mmap"
         );
         assert_eq!(
-            mode_line(&ModeLine::Streaming {
-                cache_mb: 700,
-                auto: true,
-                dense: crate::config::DenseWeights::Anon
-            }),
+            mode_line(&streaming(700, true, Anon)),
             "mode: expert streaming, cache auto, dense anon"
         );
     }
