@@ -66,40 +66,33 @@ impl MoeHook {
     /// A hook in capture mode for `recipe`; `abort` is the context's abort flag, raised on a
     /// failed read so the decode stops instead of computing on missing bytes.
     pub fn capturing(recipe: &'static Recipe, abort: Arc<AtomicBool>) -> Self {
-        Self {
-            recipe: Some(recipe),
-            phase: Phase::Capture(Vec::new()),
-            abort,
-            error: None,
-            topk_calls: 0,
-            route_trace: None,
-            routing: Vec::new(),
-            compute_trace: None,
-            weight_addrs: Vec::new(),
-        }
+        Self::starting_in(Phase::Capture(Vec::new()), Some(recipe), abort)
     }
 
     /// A hook that only traces (no streaming): for `--compute-trace` on a plain run.
     pub fn tracing_only(abort: Arc<AtomicBool>) -> Self {
-        Self {
-            recipe: None,
-            phase: Phase::Idle,
-            abort,
-            error: None,
-            topk_calls: 0,
-            route_trace: None,
-            routing: Vec::new(),
-            compute_trace: None,
-            weight_addrs: Vec::new(),
-        }
+        Self::starting_in(Phase::Idle, None, abort)
     }
 
     /// A hook for a resident run that isolates every routing node and reads its ids, as the
     /// streaming hook does, but loads nothing: the measuring stick for the callback's overhead.
     pub fn observing(abort: Arc<AtomicBool>) -> Self {
-        let mut hook = Self::tracing_only(abort);
-        hook.phase = Phase::Observe { ids_read: 0 };
-        hook
+        Self::starting_in(Phase::Observe { ids_read: 0 }, None, abort)
+    }
+
+    /// A hook in `phase` with nothing traced, counted or failed yet.
+    fn starting_in(phase: Phase, recipe: Option<&'static Recipe>, abort: Arc<AtomicBool>) -> Self {
+        Self {
+            recipe,
+            phase,
+            abort,
+            error: None,
+            topk_calls: 0,
+            route_trace: None,
+            routing: Vec::new(),
+            compute_trace: None,
+            weight_addrs: Vec::new(),
+        }
     }
 
     /// Routed ids read by an [`MoeHook::observing`] hook (0 otherwise).
