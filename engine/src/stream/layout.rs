@@ -398,14 +398,23 @@ mod tests {
         }
     }
 
-    fn w(name: &str, addr: usize, n_expert: usize, stride: usize) -> WeightRef {
-        WeightRef {
-            name: name.into(),
-            addr,
+    /// What the hook records for tensor `blk.<il>.<suffix>.weight` of `n_expert` experts of
+    /// `stride` bytes, mapped `offset` bytes past [`BASE`].
+    fn captured(
+        il: usize,
+        suffix: &'static str,
+        offset: usize,
+        n_expert: usize,
+        stride: usize,
+    ) -> (usize, &'static str, WeightRef) {
+        let weight = WeightRef {
+            name: format!("blk.{il}.{suffix}.weight"),
+            addr: BASE + offset,
             bytes: n_expert * stride,
             n_expert,
             expert_stride: stride,
-        }
+        };
+        (il, suffix, weight)
     }
 
     #[test]
@@ -417,26 +426,10 @@ mod tests {
             ("blk.1.ffn_down_exps.weight", 0, 16192, 4000),
         ]);
         let cap = vec![
-            (
-                1,
-                "ffn_down_exps",
-                w("blk.1.ffn_down_exps.weight", BASE + 16192, 4, 1000),
-            ),
-            (
-                1,
-                "ffn_gate_exps",
-                w("blk.1.ffn_gate_exps.weight", BASE + 8192, 4, 1000),
-            ),
-            (
-                1,
-                "ffn_up_exps",
-                w("blk.1.ffn_up_exps.weight", BASE + 12192, 4, 1000),
-            ),
-            (
-                1,
-                "ffn_up_exps",
-                w("blk.1.ffn_up_exps.weight", BASE + 12192, 4, 1000),
-            ),
+            captured(1, "ffn_down_exps", 16192, 4, 1000),
+            captured(1, "ffn_gate_exps", 8192, 4, 1000),
+            captured(1, "ffn_up_exps", 12192, 4, 1000),
+            captured(1, "ffn_up_exps", 12192, 4, 1000),
         ];
         let l = bind(r, &cap, &idx).unwrap();
         assert_eq!(l.layers.len(), 2);
@@ -470,16 +463,8 @@ mod tests {
             ("blk.0.ffn_up_exps.weight", 0, 12192, 4000),
         ]);
         let partial = vec![
-            (
-                0,
-                "ffn_gate_exps",
-                w("blk.0.ffn_gate_exps.weight", BASE + 8192, 4, 1000),
-            ),
-            (
-                0,
-                "ffn_up_exps",
-                w("blk.0.ffn_up_exps.weight", BASE + 12192, 4, 1000),
-            ),
+            captured(0, "ffn_gate_exps", 8192, 4, 1000),
+            captured(0, "ffn_up_exps", 12192, 4, 1000),
         ];
         assert!(matches!(
             bind(r, &partial, &idx),
@@ -492,42 +477,18 @@ mod tests {
             ("blk.0.ffn_down_exps.weight", 0, 16192, 4000),
         ]);
         let moved = vec![
-            (
-                0,
-                "ffn_gate_exps",
-                w("blk.0.ffn_gate_exps.weight", BASE + 8192, 4, 1000),
-            ),
-            (
-                0,
-                "ffn_up_exps",
-                w("blk.0.ffn_up_exps.weight", BASE + 12192 + 64, 4, 1000),
-            ),
-            (
-                0,
-                "ffn_down_exps",
-                w("blk.0.ffn_down_exps.weight", BASE + 16192, 4, 1000),
-            ),
+            captured(0, "ffn_gate_exps", 8192, 4, 1000),
+            captured(0, "ffn_up_exps", 12192 + 64, 4, 1000),
+            captured(0, "ffn_down_exps", 16192, 4, 1000),
         ];
         assert!(matches!(
             bind(r, &moved, &idx2),
             Err(BindError::NotFileMapped { .. })
         ));
         let missing = vec![
-            (
-                0,
-                "ffn_gate_exps",
-                w("blk.0.ffn_gate_exps.weight", BASE + 8192, 4, 1000),
-            ),
-            (
-                0,
-                "ffn_up_exps",
-                w("blk.0.ffn_up_exps.weight", BASE + 12192, 4, 1000),
-            ),
-            (
-                0,
-                "ffn_down_exps",
-                w("blk.0.ffn_down_exps.weight", BASE + 16192, 4, 1000),
-            ),
+            captured(0, "ffn_gate_exps", 8192, 4, 1000),
+            captured(0, "ffn_up_exps", 12192, 4, 1000),
+            captured(0, "ffn_down_exps", 16192, 4, 1000),
         ];
         assert!(matches!(
             bind(r, &missing, &idx),
@@ -543,16 +504,8 @@ mod tests {
             ("blk.0.ffn_down_exps.weight", 0, 9000, 1000),
         ]);
         let cap = vec![
-            (
-                0,
-                "ffn_gate_up_exps",
-                w("blk.0.ffn_gate_up_exps.weight", BASE + 5000, 2, 1000),
-            ),
-            (
-                0,
-                "ffn_down_exps",
-                w("blk.0.ffn_down_exps.weight", BASE + 9000, 2, 500),
-            ),
+            captured(0, "ffn_gate_up_exps", 5000, 2, 1000),
+            captured(0, "ffn_down_exps", 9000, 2, 500),
         ];
         let l = bind(r, &cap, &idx).unwrap();
         // pages [4096, 12288): tensors cover [5000,7000) and [9000,10000)

@@ -152,6 +152,10 @@ mod tests {
         PageRun { addr, len }
     }
 
+    fn page_move(src: usize, dst: usize, len: usize) -> Move {
+        Move { src, dst, len }
+    }
+
     #[test]
     fn equal_slices_pair_one_to_one_and_leftovers_are_released() {
         let mut b = MapBudget::new(100);
@@ -167,16 +171,8 @@ mod tests {
         assert_eq!(
             p.moves,
             vec![
-                Move {
-                    src: 0x10000,
-                    dst: 0x90000,
-                    len: 0x3000
-                },
-                Move {
-                    src: 0x20000,
-                    dst: 0xa0000,
-                    len: 0x3000
-                }
+                page_move(0x10000, 0x90000, 0x3000),
+                page_move(0x20000, 0xa0000, 0x3000)
             ]
         );
         assert_eq!(p.leftover, vec![run(0x30000, 0x3000)]);
@@ -202,16 +198,8 @@ mod tests {
         assert_eq!(
             p.moves,
             vec![
-                Move {
-                    src: 0x10000,
-                    dst: 0x90000,
-                    len: 0x2000
-                },
-                Move {
-                    src: 0x20000,
-                    dst: 0x92000,
-                    len: 0x1000
-                }
+                page_move(0x10000, 0x90000, 0x2000),
+                page_move(0x20000, 0x92000, 0x1000)
             ]
         );
         // 0x2000 of donor left, not enough for the second 0x3000 destination
@@ -240,11 +228,7 @@ mod tests {
         );
         assert_eq!(
             p.moves,
-            vec![Move {
-                src: 0x10000,
-                dst: 0x90000,
-                len: 0x1000
-            }],
+            vec![page_move(0x10000, 0x90000, 0x1000)],
             "only the converted slice receives pages"
         );
         assert_eq!(p.leftover, vec![run(0x20000, 0x1000)]);
