@@ -1,11 +1,13 @@
 //! `--chatml`: renders the model's own chat template (`tokenizer.chat_template`, Jinja, through
 //! `minijinja`) around the prompt, and splits generated text into reasoning and answer using the
-//! think markers the template declares (`--no-think` passes `enable_thinking=false`).
+//! think markers the template declares, or by channel when the template is a channel format
+//! (harmony; [`crate::reasoning`]). `--no-think` passes `enable_thinking=false`.
 //!
 //! The split works on the whole generation so far, so a late closing tag that turns text already
 //! shown as answer into reasoning is expressed by the wire's `reset:1` snapshot
 //! (`bmoe_telemetry::deltas::DeltaEncoder` decides that), not by this module.
 
+use crate::reasoning::{self, ChannelSplitter, SplitMode};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, context};
 
 /// A think-span marker pair.
@@ -143,6 +145,11 @@ impl Message {
 /// emits this text of its own.
 const CONTINUATION_MARK: &str = "\u{1}bmoe-continue\u{1}";
 
+/// The reasoning of a turn started past its reasoning section (`think_ctl` prefill): closed and
+/// empty but for the blank line templates put in an empty section. A continued chat gives the
+/// turn this reasoning back in its history, so the re-render matches what the KV holds.
+pub const PREFILLED_REASONING: &str = "\n\n";
+
 /// A rendered turn: the prompt text and how its generation starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderedTurn {
@@ -150,6 +157,11 @@ pub struct RenderedTurn {
     pub text: String,
     /// Whether the generation starts inside an open think span.
     pub starts_in_reasoning: bool,
+    /// How the generation is split into reasoning and answer: by the template's think markers,
+    /// or, on a channel format, by channel (starting where the prompt left off).
+    pub split: SplitMode,
+    /// The turn was started past a closed reasoning section ([`PREFILLED_REASONING`]).
+    pub prefilled: bool,
 }
 
 /// A model's chat template, checked to parse.
@@ -159,6 +171,7 @@ pub struct ChatTemplate {
     bos: String,
     eos: String,
     tags: Option<ThinkTags>,
+    channels: bool,
 }
 
 fn raise_exception(msg: String) -> Result<String, JinjaError> {
@@ -190,11 +203,39 @@ impl ChatTemplate {
                 .iter()
                 .copied()
                 .find(|t| source.contains(t.open) && source.contains(t.close)),
+            channels: false,
         };
         t.env()
             .template_from_str(&t.source)
             .map_err(|e| template_error(&e))?;
-        Ok(t)
+        Ok(Self {
+            channels: t.renders_channels(),
+            ..t
+        })
+    }
+
+    /// Whether the template is a channel format (harmony): an assistant message's answer is
+    /// rendered as the body of a `<|channel|>…<|message|>` header. Decided by rendering a probe
+    /// conversation, never from the model's name.
+    fn renders_channels(&self) -> bool {
+        let probe = [
+            Message::user("hi"),
+            Message::assistant(CONTINUATION_MARK, "\u{1}bmoe-reasoning\u{1}"),
+        ];
+        let Ok(text) = self.render_messages(&probe, true, false) else {
+            return false;
+        };
+        let Some(at) = text.rfind(CONTINUATION_MARK) else {
+            return false;
+        };
+        let head = &text[..at];
+        head.ends_with(reasoning::MESSAGE) && head.contains(reasoning::CHANNEL)
+    }
+
+    /// Whether the template is a channel format (harmony); then the reasoning/answer split goes
+    /// by channel ([`crate::reasoning::ChannelSplitter`]), not by think markers.
+    pub fn is_channel_format(&self) -> bool {
+        self.channels
     }
 
     fn env(&self) -> Environment<'_> {
@@ -250,7 +291,7 @@ impl ChatTemplate {
     /// content (then there is nothing to continue).
     pub fn render_prefilled(&self, messages: &[Message]) -> Result<String, ChatError> {
         let mut all = messages.to_vec();
-        all.push(Message::assistant(CONTINUATION_MARK, "\n\n"));
+        all.push(Message::assistant(CONTINUATION_MARK, PREFILLED_REASONING));
         let text = self.render_messages(&all, false, false)?;
         match text.rfind(CONTINUATION_MARK) {
             Some(at) => Ok(text[..at].to_string()),
@@ -271,13 +312,25 @@ impl ChatTemplate {
         think: bool,
         ctl: ThinkCtl,
     ) -> Result<RenderedTurn, ChatError> {
-        let text = if !think && ctl == ThinkCtl::Prefill {
+        let prefilled = !think && ctl == ThinkCtl::Prefill;
+        let text = if prefilled {
             self.render_prefilled(history)?
         } else {
             self.render_messages(history, think, true)?
         };
+        let starts_in_reasoning = self.opens_in_reasoning(&text);
+        let split = if self.channels {
+            SplitMode::Channels(ChannelSplitter::state_after(&text))
+        } else {
+            SplitMode::Tags {
+                tags: self.tags,
+                starts_in_reasoning,
+            }
+        };
         Ok(RenderedTurn {
-            starts_in_reasoning: self.opens_in_reasoning(&text),
+            starts_in_reasoning,
+            split,
+            prefilled,
             text,
         })
     }
@@ -461,6 +514,68 @@ mod tests {
         // a template that drops the content cannot be continued: an error, not a wrong prompt
         let drops = ChatTemplate::new("{{ messages[0].content }}", "", "").unwrap();
         assert!(drops.render_prefilled(&history).is_err());
+    }
+
+    #[test]
+    fn channel_formats_are_recognised_by_what_they_render() {
+        let t = |src: &str| ChatTemplate::new(src, "", "").unwrap();
+        assert!(t(HARMONY).is_channel_format());
+        assert!(!tmpl().is_channel_format());
+        assert!(!t(OWNS_SPAN).is_channel_format());
+        assert!(!t(PLAIN_CHATML).is_channel_format());
+        // a template that only mentions the markers in a comment renders none of them
+        assert!(!t("{# <|channel|> <|message|> #}{{ messages[0].content }}").is_channel_format());
+        let h = t(HARMONY);
+        let history = [Message::user("hi")];
+        assert_eq!(
+            h.render_turn(&history, true, ThinkCtl::Prefill)
+                .unwrap()
+                .split,
+            SplitMode::Channels(crate::reasoning::ChannelState::Open)
+        );
+        assert_eq!(
+            h.render_turn(&history, false, ThinkCtl::Prefill)
+                .unwrap()
+                .split,
+            SplitMode::Channels(crate::reasoning::ChannelState::Body { reasoning: false })
+        );
+        assert_eq!(
+            tmpl()
+                .render_turn(&history, false, ThinkCtl::Template)
+                .unwrap()
+                .split,
+            SplitMode::Tags {
+                tags: tmpl().think_tags(),
+                starts_in_reasoning: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_harmony_turn_re_renders_as_it_was_generated() {
+        // what a harmony model generates after the turn's prompt, split by channel, must come
+        // back verbatim when the history is re-rendered: that is what lets a continued chat
+        // reuse the KV of the whole previous turn
+        let h = ChatTemplate::new(HARMONY, "", "").unwrap();
+        let mut history = vec![Message::user("hi")];
+        let turn = h.render_turn(&history, true, ThinkCtl::Prefill).unwrap();
+        let generated = "<|channel|>analysis<|message|>Greet back.<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|return|>";
+        let mut s = crate::reasoning::ReasoningSplitter::new(turn.split);
+        s.push(generated);
+        s.finish();
+        let (reasoning, answer) = s.split();
+        assert_eq!(
+            (reasoning.as_str(), answer.as_str()),
+            ("Greet back.", "Hello!")
+        );
+        history.push(Message::assistant(&answer, &reasoning));
+        history.push(Message::user("and?"));
+        let next = h.render_turn(&history, true, ThinkCtl::Prefill).unwrap();
+        assert!(
+            next.text.starts_with(&format!("{}{generated}", turn.text)),
+            "{}",
+            next.text
+        );
     }
 
     #[test]

@@ -3,6 +3,10 @@
 use clap::Parser;
 use std::path::PathBuf;
 
+/// `--decide-state-max-mib` when not given: a prefix state of a few thousand tokens of a 30B
+/// MoE's KV fits, one that would take a real share of a phone's memory does not.
+pub const DEFAULT_DECIDE_STATE_MAX_MIB: u64 = 512;
+
 /// Default prompt (as the original engine).
 pub const DEFAULT_PROMPT: &str = "The capital of Japan is";
 
@@ -150,6 +154,15 @@ pub struct Cli {
         value_delimiter = ','
     )]
     pub test_prefill_split: Vec<usize>,
+    /// Test only: every turn generates the tokens of this text first (special tokens parsed), in
+    /// place of the picked ones — the decodes still run — to drive the chat parsers with a known
+    /// sequence
+    #[arg(long = "test-force-text", hide = true, value_name = "TEXT")]
+    pub test_force_text: Option<String>,
+    /// With --decide: the largest kept prefix state in MiB; a larger one is not kept and the next
+    /// decide prefills in full (0 = never keep one) [default: 512]
+    #[arg(long = "decide-state-max-mib", value_name = "MIB")]
+    pub decide_state_max_mib: Option<u64>,
 }
 
 /// A flag error: what is wrong, which flag, and what to do.
@@ -290,6 +303,10 @@ pub struct RunConfig {
     pub decide: bool,
     /// Test only: extra prefill decode boundaries (absolute positions).
     pub prefill_split: Vec<usize>,
+    /// Test only: text whose tokens every turn generates first (`--test-force-text`).
+    pub force_text: Option<String>,
+    /// `--decide-state-max-mib`: the largest decide prefix state kept, in MiB (0 = none).
+    pub decide_state_max_mib: u64,
 }
 
 impl Cli {
@@ -468,6 +485,12 @@ impl Cli {
                 "decide requests arrive on stdin in session mode; add --session",
             ));
         }
+        if self.decide_state_max_mib.is_some() && !self.decide {
+            return Err(err(
+                "--decide-state-max-mib requires --decide",
+                "it caps the prefix state decide requests keep; add --session --decide",
+            ));
+        }
         if poison.is_some() && stream.is_none() {
             return Err(err(
                 "--test-poison requires --moe-stream",
@@ -509,6 +532,10 @@ impl Cli {
             session: self.session,
             decide: self.decide,
             prefill_split: self.test_prefill_split.clone(),
+            force_text: self.test_force_text.clone(),
+            decide_state_max_mib: self
+                .decide_state_max_mib
+                .unwrap_or(DEFAULT_DECIDE_STATE_MAX_MIB),
         })
     }
 }
@@ -612,6 +639,20 @@ mod tests {
         assert!(e(&["-m", "x", "--load-all"]).contains("--moe-stream"));
         assert!(e(&["-m", "x", "--no-think"]).contains("--chatml"));
         assert!(e(&["-m", "x", "--decide"]).contains("--session"));
+        assert!(e(&["-m", "x", "--decide-state-max-mib", "4"]).contains("--decide"));
+        assert!(e(&["-m", "x", "--session", "--decide-state-max-mib", "4"]).contains("--decide"));
+    }
+
+    #[test]
+    fn decide_state_cap_resolves() {
+        let d = |extra: &[&str]| {
+            let mut a = vec!["-m", "x", "--session", "--decide"];
+            a.extend_from_slice(extra);
+            parse(&a).unwrap().decide_state_max_mib
+        };
+        assert_eq!(d(&[]), DEFAULT_DECIDE_STATE_MAX_MIB);
+        assert_eq!(d(&["--decide-state-max-mib", "0"]), 0);
+        assert_eq!(d(&["--decide-state-max-mib", "64"]), 64);
     }
 
     #[test]

@@ -46,17 +46,78 @@ pub struct DecideSetup<'a> {
     pub prefill_chunk: Option<usize>,
 }
 
-/// The prompt-prefix KV state kept between decide calls of one session.
-#[derive(Debug, Default)]
+/// The prompt-prefix KV state kept between decide calls of one session, up to a size cap
+/// (`--decide-state-max-mib`).
+#[derive(Debug)]
 pub struct PrefixState {
     tokens: Vec<Token>,
     state: Option<SeqState>,
+    /// The largest state kept, in bytes.
+    cap_bytes: usize,
+    /// A state went over the cap and no note has said so yet.
+    over_cap: Option<usize>,
+    /// The note was taken: it is said once per session.
+    noted: bool,
+}
+
+impl Default for PrefixState {
+    fn default() -> Self {
+        Self::with_cap(u64::MAX)
+    }
 }
 
 impl PrefixState {
-    /// An empty state (nothing kept yet).
+    /// An empty state (nothing kept yet), without a size cap.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty state that keeps no state larger than `cap_bytes` (0: never keeps one).
+    pub fn with_cap(cap_bytes: u64) -> Self {
+        Self {
+            tokens: Vec::new(),
+            state: None,
+            cap_bytes: usize::try_from(cap_bytes).unwrap_or(usize::MAX),
+            over_cap: None,
+            noted: false,
+        }
+    }
+
+    /// Keeps `state` for `tokens` if it fits the cap; otherwise keeps nothing (the old state is
+    /// dropped as well: it no longer matches what the caller is working on) and remembers to
+    /// say so once. Returns whether it was kept.
+    fn keep(&mut self, tokens: &[Token], state: SeqState) -> bool {
+        self.clear();
+        if state.size_bytes() > self.cap_bytes {
+            if !self.noted {
+                self.over_cap = Some(state.size_bytes());
+            }
+            return false;
+        }
+        self.tokens = tokens.to_vec();
+        self.state = Some(state);
+        true
+    }
+
+    /// Whether a state of any size could be kept (the cap is not 0).
+    fn may_keep(&self) -> bool {
+        self.cap_bytes > 0
+    }
+
+    /// The one-time note after a state went over the cap: `Some` exactly once per session.
+    pub fn take_cap_note(&mut self) -> Option<String> {
+        let size = self.over_cap.take()?;
+        self.noted = true;
+        let mib = |b: usize| b as f64 / MIB;
+        Some(if self.cap_bytes == 0 {
+            "bmoe: note: decide prefix states are not kept (--decide-state-max-mib 0): every decide prefills its whole prompt".to_string()
+        } else {
+            format!(
+                "bmoe: note: a decide prefix state of {:.1} MiB is over --decide-state-max-mib {:.0}: not kept, so the next decide prefills in full (said once)\nhint: raise --decide-state-max-mib to keep states this large",
+                mib(size),
+                mib(self.cap_bytes)
+            )
+        })
     }
 
     /// The tokens whose KV is kept.
@@ -414,13 +475,20 @@ fn score(
             Err(Stop::Failed(e)) => return Err(e),
         }
         if reuse && n_keep > 0 {
-            let t0 = Instant::now();
-            let state = ctx
-                .save_seq(SEQ)
-                .map_err(|e| DecideError::State(format!("saving the prefix state: {e}")))?;
-            kept.tokens = tokens[..n_keep].to_vec();
-            kept.state = Some(state);
-            work.store_s = t0.elapsed().as_secs_f64();
+            if kept.may_keep() {
+                let t0 = Instant::now();
+                let state = ctx
+                    .save_seq(SEQ)
+                    .map_err(|e| DecideError::State(format!("saving the prefix state: {e}")))?;
+                kept.keep(&tokens[..n_keep], state);
+                work.store_s = t0.elapsed().as_secs_f64();
+            } else {
+                // a state of any size is over a cap of 0: nothing is saved
+                kept.clear();
+                if !kept.noted {
+                    kept.over_cap = Some(0);
+                }
+            }
         }
     }
     match prefill(ctx, &tokens[n_keep..], chunk, meter) {

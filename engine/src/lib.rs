@@ -19,6 +19,7 @@ pub mod ffi;
 pub mod hook;
 pub mod io_trace;
 pub mod memory;
+pub mod reasoning;
 pub mod registry;
 pub mod report;
 pub mod residency;

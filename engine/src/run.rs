@@ -7,7 +7,7 @@
 //! and the session loop (`crate::session`).
 
 use crate::autocache::{AutoInputs, measure, size_budget};
-use crate::chat::{ChatTemplate, ThinkCtl, ThinkTags, split_reasoning};
+use crate::chat::{ChatTemplate, ThinkCtl};
 use crate::compute_trace::ComputeTracer;
 use crate::config::{DenseWeights, RunConfig, Sampling};
 use crate::csv_sink::{CsvSink, ResolvedRun, RowContext, TrailerContext, token_row, trailer};
@@ -17,6 +17,7 @@ use crate::ffi::{
 use crate::hook::MoeHook;
 use crate::io_trace::IoTracer;
 use crate::memory::{MemorySnapshot, cgroup_memory};
+use crate::reasoning::{ReasoningSplitter, SplitMode};
 use crate::registry::{Recipe, recipe_for};
 use crate::report::{
     ModeLine, RunSummary, StreamSummary, TokenStats, load_line, progress_line,
@@ -345,7 +346,7 @@ pub fn run(
                     engine.think_ctl(),
                 )
                 .map_err(|e| fail(e.to_string(), hint))?;
-            (turn.text, Some((t.think_tags(), turn.starts_in_reasoning)))
+            (turn.text, Some(turn.split))
         }
         None => (cfg.prompt.clone(), None),
     };
@@ -384,7 +385,8 @@ pub fn run(
         let _ = writeln!(out, "{}\n", g.tail);
     }
     if cfg.progress {
-        let _ = writeln!(out, "{ANSWER_BANNER}\n{}\n{PERF_BANNER}", g.text);
+        // the answer only: with a chat split the reasoning is not part of it
+        let _ = writeln!(out, "{ANSWER_BANNER}\n{}\n{PERF_BANNER}", g.answer);
     }
     for line in summary_lines(&g.summary, &engine.mode_line()) {
         let _ = writeln!(out, "{line}");
@@ -399,9 +401,9 @@ pub fn run(
     })
 }
 
-/// With a chat template: its think markers and whether the generation starts inside a think
-/// span. `None` for a raw prompt (no split).
-pub type ChatSplit = Option<(Option<ThinkTags>, bool)>;
+/// With a chat template: how the generation is split into reasoning and answer (think markers or
+/// channels, and where the prompt left off). `None` for a raw prompt (no split).
+pub type ChatSplit = Option<SplitMode>;
 
 /// One turn to generate.
 #[derive(Debug, Clone)]
@@ -462,6 +464,10 @@ pub struct Engine<'m> {
     /// Tokens never picked (sorted): the end-of-generation tokens under `--ignore-eos`.
     banned: Vec<Token>,
     feed: Option<TokenFeed>,
+    /// `--test-force-text`: the tokens every turn emits first, in place of the picked ones.
+    forced: Vec<Token>,
+    /// How many of `forced` this turn has emitted.
+    forced_at: usize,
     template: Option<ChatTemplate>,
     think_ctl: ThinkCtl,
     /// `--dense-weights anon`'s pages, owned while the engine runs.
@@ -740,6 +746,13 @@ impl<'m> Engine<'m> {
         } else {
             (None, ThinkCtl::Template)
         };
+        let forced = match &cfg.force_text {
+            Some(text) => ctx
+                .model()
+                .tokenize_with(text, false, true)
+                .map_err(|e| fail(format!("--test-force-text: {e}"), "a test-only flag"))?,
+            None => Vec::new(),
+        };
         let banned = if cfg.ignore_eos {
             eog_tokens(ctx.model())
         } else {
@@ -777,6 +790,8 @@ impl<'m> Engine<'m> {
             sampler,
             banned,
             feed: cfg.feed_random.map(TokenFeed::new),
+            forced,
+            forced_at: 0,
             template,
             think_ctl,
             _dense_arena: dense_arena,
@@ -898,8 +913,8 @@ impl<'m> Engine<'m> {
         stream_stats(&mut self.ctx)
     }
 
-    /// The next token after the last decode: the sampler's (or argmax) pick, or the benchmark
-    /// feed's. Records the logits' hash.
+    /// The next token after the last decode: the sampler's (or argmax) pick, the benchmark
+    /// feed's, or (`--test-force-text`) the next forced one. Records the logits' hash.
     fn pick(&mut self, hashes: &mut Vec<u64>) -> Token {
         let model = self.ctx.model();
         let logits = self.ctx.last_logits();
@@ -908,10 +923,25 @@ impl<'m> Engine<'m> {
             Some(s) => self.ctx.sample(s),
             None => argmax_except(logits, &self.banned),
         };
+        if !self.forced.is_empty() {
+            self.forced_at += 1;
+            // past the end the pick is never decoded: the turn ends (`forced_over`)
+            return self
+                .forced
+                .get(self.forced_at - 1)
+                .copied()
+                .unwrap_or(chosen);
+        }
         match self.feed.as_mut() {
             Some(f) => f.next_token(model.n_vocab(), |t| model.is_eog(t)),
             None => chosen,
         }
+    }
+
+    /// `--test-force-text`: the forced tokens are all out, so the turn ends as at an
+    /// end-of-generation token.
+    fn forced_over(&self) -> bool {
+        !self.forced.is_empty() && self.forced_at > self.forced.len()
     }
 
     /// Runs one turn: prefills `turn.tokens[turn.n_reused..]` (the KV must hold exactly the
@@ -1013,6 +1043,8 @@ impl<'m> Engine<'m> {
         }
         let mut encoder = DeltaEncoder::new();
         let mut text = Utf8Stream::default();
+        let mut splitter = turn.split.map(ReasoningSplitter::new);
+        self.forced_at = 0;
         let base = self.stream_stats();
         let mut prev = base;
         let mut hashes = Vec::new();
@@ -1026,7 +1058,7 @@ impl<'m> Engine<'m> {
             ..Default::default()
         };
         for step in 1..=turn.n_predict {
-            if model.is_eog(tok) {
+            if model.is_eog(tok) || self.forced_over() {
                 hashes.pop();
                 break;
             }
@@ -1072,7 +1104,7 @@ impl<'m> Engine<'m> {
                 }
                 return Err(decode_error(e, read_err, "generation decode"));
             }
-            let delta = text.push(&model.token_piece(tok));
+            let mut delta = text.push(&model.token_piece(tok));
             let now = self.stream_stats();
             let d = match (now, prev) {
                 (Some(n), Some(p)) => StreamStats {
@@ -1122,13 +1154,26 @@ impl<'m> Engine<'m> {
             summary.decode_s += wall.as_secs_f64();
             summary.cpu_s += row.cpu_ms / 1e3;
             summary.majflt += row.majflt;
+            // the next token is picked before this one's line goes out, so the last line of the
+            // turn is known as such and releases everything held back (an incomplete character,
+            // a possible marker): the deltas then add up to the final texts exactly
+            let next = self.pick(&mut hashes);
+            if step == turn.n_predict || model.is_eog(next) || self.forced_over() {
+                delta.push_str(&text.finish());
+                if let Some(s) = splitter.as_mut() {
+                    s.push(&delta);
+                    s.finish();
+                }
+            } else if let Some(s) = splitter.as_mut() {
+                s.push(&delta);
+            }
             if turn.progress {
                 if let Some(l) = load_line(&row) {
                     let _ = writeln!(out, "{l}");
                 }
-                let line = match turn.split {
-                    Some((tags, starts)) => {
-                        let (reasoning, answer) = split_reasoning(text.text(), tags, starts);
+                let line = match splitter.as_ref() {
+                    Some(s) => {
+                        let (reasoning, answer) = s.split();
                         progress_line_deltas(&row, &encoder.encode(&reasoning, &answer))
                     }
                     None => progress_line(&row, &delta),
@@ -1139,7 +1184,7 @@ impl<'m> Engine<'m> {
             }
             let _ = out.flush();
             g.rows.push(row);
-            tok = self.pick(&mut hashes);
+            tok = next;
         }
         tctx.loop_overhead_s += last_end.elapsed().as_secs_f64();
         g.tail = text.finish();
@@ -1173,8 +1218,16 @@ impl<'m> Engine<'m> {
         }
         let _ = out.flush();
         g.text = text.text().to_string();
-        (g.reasoning, g.answer) = match turn.split {
-            Some((tags, starts)) => split_reasoning(&g.text, tags, starts),
+        (g.reasoning, g.answer) = match splitter.as_mut() {
+            Some(s) => {
+                // a cancelled turn ends with what its lines carried; a finished one has
+                // released everything already (finish is idempotent)
+                if !g.cancelled {
+                    s.push(&g.tail);
+                    s.finish();
+                }
+                s.split()
+            }
             None => (String::new(), g.text.clone()),
         };
         g.logits_hashes = hashes;

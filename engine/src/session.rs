@@ -15,7 +15,7 @@
 //! `fatal:false`) leaves the conversation and the KV exactly as they were; a cancelled turn is
 //! rolled back the same way.
 
-use crate::chat::Message;
+use crate::chat::{Message, PREFILLED_REASONING};
 use crate::config::RunConfig;
 use crate::decide::{DecideSetup, PrefixState, decide};
 use crate::ffi::Token;
@@ -252,7 +252,7 @@ pub fn serve_from(
             })?;
     }
     let mut conv = Conversation::default();
-    let mut prefix = PrefixState::new();
+    let mut prefix = PrefixState::with_cap(cfg.decide_state_max_mib.saturating_mul(1 << 20));
     for item in rx {
         match item {
             Inbound::Close => break,
@@ -276,7 +276,7 @@ pub fn serve_from(
                         generate(&mut engine, &mut conv, cfg, g, out, note, &cancelled)
                     }
                     Work::Decide(d) => {
-                        run_decide(&mut engine, &mut prefix, cfg, d, out, &cancelled)
+                        run_decide(&mut engine, &mut prefix, cfg, d, out, note, &cancelled)
                     }
                 };
                 match result {
@@ -304,6 +304,8 @@ struct Plan {
     raw: String,
     tokens: Vec<Token>,
     split: crate::run::ChatSplit,
+    /// The turn starts past a prefilled, empty reasoning section.
+    prefilled: bool,
 }
 
 fn plan(
@@ -324,17 +326,17 @@ fn plan(
     } else {
         (conv.history.clone(), conv.raw.clone())
     };
-    let (text, split) = match engine.template() {
+    let (text, split, prefilled) = match engine.template() {
         Some(t) => {
             history.push(Message::user(&g.prompt));
             let turn = t
                 .render_turn(&history, think, engine.think_ctl())
                 .map_err(|e| Failure::Rejected(e.to_string()))?;
-            (turn.text, Some((t.think_tags(), turn.starts_in_reasoning)))
+            (turn.text, Some(turn.split), turn.prefilled)
         }
         None => {
             raw.push_str(&g.prompt);
-            (raw.clone(), None)
+            (raw.clone(), None, false)
         }
     };
     let tokens = engine
@@ -355,6 +357,7 @@ fn plan(
         raw,
         tokens,
         split,
+        prefilled,
     })
 }
 
@@ -460,8 +463,14 @@ fn generate(
         conv.kv.extend_from_slice(&out_g.tokens);
         if engine.template().is_some() {
             conv.history = p.history;
+            // a prefilled turn's empty reasoning section is in the KV: the history renders it
+            let reasoning = if p.prefilled && out_g.reasoning.is_empty() {
+                PREFILLED_REASONING
+            } else {
+                &out_g.reasoning
+            };
             conv.history
-                .push(Message::assistant(&out_g.answer, &out_g.reasoning));
+                .push(Message::assistant(&out_g.answer, reasoning));
         } else {
             conv.raw = p.raw;
             conv.raw.push_str(&out_g.text);
@@ -483,6 +492,7 @@ fn run_decide(
     cfg: &RunConfig,
     d: &DecideRequest,
     out: &mut dyn Write,
+    note: &mut dyn Write,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<(), Failure> {
     if !cfg.decide {
@@ -509,7 +519,11 @@ fn run_decide(
             think_ctl,
             prefill_chunk,
         };
-        decide(ctx, setup, d, prefix)
+        let rec = decide(ctx, setup, d, prefix);
+        if let Some(msg) = prefix.take_cap_note() {
+            let _ = writeln!(note, "{msg}");
+        }
+        rec
     };
     match rec {
         Ok(rec) => {

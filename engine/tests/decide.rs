@@ -519,17 +519,12 @@ fn session_full(extra: &[&str], requests: &[String]) -> (Vec<Record>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
         .arg("-m")
         .arg(&models().tiny)
-        .args([
-            "--session",
-            "--decide",
-            "--chatml",
-            "-t",
-            "2",
-            "-c",
-            "512",
-            "-n",
-            "10",
-        ])
+        .args(["--session", "--decide", "--chatml", "-t", "2", "-n", "10"])
+        .args(if extra.contains(&"-c") {
+            &[][..]
+        } else {
+            &["-c", "512"][..]
+        })
         .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -675,4 +670,67 @@ fn streamed_experts_score_exactly_as_resident_ones() {
         split[0].prefill_read_mib,
         streamed[0].prefill_read_mib
     );
+}
+
+/// The `--decide-state-max-mib` notes in `stderr`.
+fn cap_notes(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("bmoe: note:") && l.contains("--decide-state-max-mib"))
+        .count()
+}
+
+#[test]
+fn a_prefix_state_over_the_cap_is_not_kept() {
+    // ~1 KiB of KV per token on the tiny model: a 1300-token prefix is over 1 MiB, DOC's is not
+    let long = DOC.repeat(22);
+    let requests = [
+        decide_line(1, &long, "Which one?", true),
+        decide_line(2, &long, "Which one?", true),
+        decide_line(3, DOC, "Which one?", true),
+        decide_line(4, DOC, "Which other?", true),
+    ];
+    let (records, stderr) = session_full(&["-c", "2048", "--decide-state-max-mib", "1"], &requests);
+    let d = decides(&records);
+    assert_eq!(d.len(), 4, "{stderr}");
+    assert!(d[0].n_tokens > 1100, "premise: {} tokens", d[0].n_tokens);
+    // over the cap: saved, measured, dropped; the same prefix again prefills in full
+    for over in &d[..2] {
+        assert_eq!(over.n_reused, 0);
+        assert_eq!(over.prefix_state_mib, 0.0);
+    }
+    assert_same_scores(&d[0], &d[1]);
+    // under the cap: kept, and the next call with that prefix restores it
+    assert!(d[2].prefix_state_mib > 0.0 && d[2].prefix_state_mib < 1.0);
+    assert_eq!(d[2].n_reused, 0);
+    assert!(d[3].n_reused > 0, "{:?}", d[3]);
+    assert_eq!(d[3].prefix_state_mib, d[2].prefix_state_mib);
+    // said once, though two states went over
+    assert_eq!(cap_notes(&stderr), 1, "{stderr}");
+    assert!(
+        stderr.contains("hint: raise --decide-state-max-mib"),
+        "{stderr}"
+    );
+
+    // the default cap keeps the long state
+    let (records, stderr) = session_full(&["-c", "2048"], &requests[..2]);
+    let d = decides(&records);
+    assert!(d[0].prefix_state_mib > 1.0, "{:?}", d[0]);
+    assert!(d[1].n_reused > 1000);
+    assert_eq!(cap_notes(&stderr), 0, "{stderr}");
+}
+
+#[test]
+fn a_cap_of_zero_never_keeps_a_state() {
+    let requests = [
+        decide_line(1, DOC, "Which one?", true),
+        decide_line(2, DOC, "Which other?", true),
+    ];
+    let (records, stderr) = session_full(&["--decide-state-max-mib", "0"], &requests);
+    let d = decides(&records);
+    assert_eq!(d.len(), 2, "{stderr}");
+    for x in &d {
+        assert_eq!((x.n_reused, x.prefix_state_mib, x.store_s), (0, 0.0, 0.0));
+    }
+    assert_eq!(cap_notes(&stderr), 1, "{stderr}");
 }
