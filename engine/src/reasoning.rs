@@ -378,22 +378,33 @@ mod tests {
         }
     }
 
+    /// A tool call: a recipient and a constraint in the header, ended by `<|call|>`.
+    const TOOL_OUT: &str = "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>";
+
     #[test]
     fn byte_by_byte_and_every_pair_of_cuts_give_the_same_split() {
-        let expected = whole(ChannelState::Open, HARMONY_OUT);
-        let all: Vec<usize> = (1..HARMONY_OUT.len()).collect();
-        assert_eq!(pieces(ChannelState::Open, HARMONY_OUT, &all), expected);
-        // two cuts inside and around the first two markers
-        let near = 0..45;
-        for a in near.clone().skip(1) {
-            for b in a + 1..45 {
-                assert_eq!(
-                    pieces(ChannelState::Open, HARMONY_OUT, &[a, b]),
-                    expected,
-                    "cuts {a},{b}"
-                );
+        for text in [HARMONY_OUT, TOOL_OUT] {
+            let expected = whole(ChannelState::Open, text);
+            let all: Vec<usize> = (1..text.len()).collect();
+            assert_eq!(pieces(ChannelState::Open, text, &all), expected);
+            // every marker cut in three pieces, wherever the two cuts fall
+            for a in 1..text.len() {
+                for b in a + 1..text.len() {
+                    assert_eq!(
+                        pieces(ChannelState::Open, text, &[a, b]),
+                        expected,
+                        "cuts {a},{b}"
+                    );
+                }
             }
         }
+        assert_eq!(
+            whole(ChannelState::Open, TOOL_OUT),
+            (
+                "Need the weather.".to_string(),
+                "{\"city\":\"Oslo\"}".to_string()
+            )
+        );
     }
 
     #[test]
