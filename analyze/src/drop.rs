@@ -55,13 +55,17 @@ fn pct(a: f64, b: f64) -> f64 {
     if b == 0.0 { 0.0 } else { 100.0 * a / b }
 }
 
-/// The figures of the report as rows of two tables, one row per (file, phase, setting).
+/// The figures of the report as rows of three tables: one row per (file, phase, setting), and
+/// one per (file, phase) with the phase header's counts.
 #[derive(Debug, Clone)]
 pub struct DropTables {
     /// `threshold` (file, phase, frac, thr_pct, io_saved_pct, mass_lost_pct).
     pub threshold: Table,
     /// `static_k` (file, phase, keep_k, io_saved_pct, mass_lost_pct).
     pub static_k: Table,
+    /// `phases` (file, phase, k, cells, routed, miss_pct, recorded_dropped): the `[DECODE] …
+    /// routing cells, … routed experts, …% misses` line of each phase that has rows.
+    pub phases: Table,
 }
 
 impl Default for DropTables {
@@ -81,6 +85,18 @@ impl Default for DropTables {
             static_k: Table::new(
                 "static_k",
                 &["file", "phase", "keep_k", "io_saved_pct", "mass_lost_pct"],
+            ),
+            phases: Table::new(
+                "phases",
+                &[
+                    "file",
+                    "phase",
+                    "k",
+                    "cells",
+                    "routed",
+                    "miss_pct",
+                    "recorded_dropped",
+                ],
             ),
         }
     }
@@ -107,6 +123,15 @@ fn report_phase(
         f(pct(misses as f64, entries as f64), 1)
     );
     let n_dropped = cells.iter().flatten().filter(|e| e.dropped).count();
+    tables.phases.push(vec![
+        json!(name),
+        json!(phase),
+        json!(k),
+        json!(cells.len()),
+        json!(entries),
+        num(pct(misses as f64, entries as f64)),
+        json!(n_dropped),
+    ]);
     if n_dropped > 0 {
         let mut mass = 0.0;
         let mut dropped_mass = 0.0;
@@ -219,6 +244,15 @@ fn report_phase(
     }
 }
 
+/// How the report names a trace: its file name (the `file` column of the tables).
+#[must_use]
+pub fn file_label(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    )
+}
+
 /// The report for one trace, or `None` when its preamble gives no `n_expert_used` (the
 /// threshold is a fraction of 1/k, so there is nothing to replay).
 #[must_use]
@@ -236,10 +270,7 @@ pub fn report_with_tables(t: &RouteTrace, tables: &mut DropTables) -> Option<Str
     let k = k.min(4096);
     let mut out = String::new();
     let bar = "=".repeat(78);
-    let name = Path::new(&t.path).file_name().map_or_else(
-        || t.path.display().to_string(),
-        |s| s.to_string_lossy().into_owned(),
-    );
+    let name = file_label(&t.path);
     let _ = writeln!(
         out,
         "{bar}\n{name}   arch={}  n_expert={}  k={k}\n{bar}",

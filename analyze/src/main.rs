@@ -63,7 +63,8 @@ struct MetricsArgs {
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
     /// Also draw one run's per-token time breakdown (compute / flash wait / mgmt /
-    /// unattributed, stacked) as SVG or PNG; needs exactly one metrics CSV.
+    /// unattributed, stacked) as SVG or PNG; needs exactly one metrics CSV. With --compare:
+    /// both runs' per-token wall times and their ECDFs, titled with the A/B ratio and its CI.
     #[arg(long, value_name = "OUT.svg|OUT.png")]
     plot: Option<PathBuf>,
 }
@@ -143,9 +144,13 @@ struct DropArgs {
     /// Route traces.
     #[arg(required = true)]
     traces: Vec<PathBuf>,
-    /// Output format (json/csv: the threshold and static-k tables, one row per file and phase).
+    /// Output format (json/csv: the threshold, static-k and phases tables, one row per file and phase).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    /// Also draw flash saved vs weight mass lost per phase (cache-aware thresholds and the
+    /// static top-k cut) as SVG or PNG; needs exactly one trace.
+    #[arg(long, value_name = "OUT.svg|OUT.png")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -319,6 +324,19 @@ fn run_replay(a: &ReplayArgs) -> Result<String> {
 }
 
 fn run_drop(a: &DropArgs) -> Result<String> {
+    if let Some(path) = &a.plot {
+        plot::check_path(path)?;
+        if a.traces.len() != 1 {
+            return Err(AnalyzeError::Invalid {
+                message: format!(
+                    "drop --plot {}: the trade-off is drawn for one trace, {} given",
+                    path.display(),
+                    a.traces.len()
+                ),
+                hint: "pass exactly one route trace with --plot (run drop once per trace)".into(),
+            });
+        }
+    }
     let mut out = String::new();
     let mut errors: Vec<AnalyzeError> = Vec::new();
     let mut tables = drop::DropTables::default();
@@ -338,7 +356,11 @@ fn run_drop(a: &DropArgs) -> Result<String> {
             Err(e) => errors.push(e),
         }
     }
-    let tables = [tables.threshold, tables.static_k];
+    if let (Some(path), [trace], true) = (&a.plot, a.traces.as_slice(), errors.is_empty()) {
+        plot::drop_tradeoff(path, &tables, &drop::file_label(trace))?;
+        eprintln!("plot -> {}", path.display());
+    }
+    let tables = [tables.threshold, tables.static_k, tables.phases];
     if !out.is_empty() {
         match a.format {
             Format::Text => {}
@@ -370,7 +392,21 @@ fn read_run(path: &std::path::Path, trim: usize) -> Result<metrics::RunStats> {
 }
 
 fn run_metrics(a: &MetricsArgs) -> Result<String> {
-    if let Some(out) = &a.plot {
+    if let (Some(out), Some(_)) = (&a.plot, &a.compare) {
+        // Checked before any reading; drawn below, once both runs are read.
+        plot::check_path(out)?;
+        if !a.paths.is_empty() {
+            return Err(AnalyzeError::Invalid {
+                message: format!(
+                    "metrics --compare --plot {}: {} more path(s) besides A and B",
+                    out.display(),
+                    a.paths.len()
+                ),
+                hint: "pass only the two runs: `metrics --compare A.csv B.csv --plot OUT.svg`"
+                    .into(),
+            });
+        }
+    } else if let Some(out) = &a.plot {
         plot::check_path(out)?;
         let [csv] = a.paths.as_slice() else {
             return Err(AnalyzeError::Invalid {
@@ -379,17 +415,19 @@ fn run_metrics(a: &MetricsArgs) -> Result<String> {
                     out.display(),
                     a.paths.len()
                 ),
-                hint: "pass exactly one metrics CSV file with --plot (and no --compare)".into(),
+                hint: "pass exactly one metrics CSV file with --plot, or `--compare A B --plot`"
+                    .into(),
             });
         };
-        if a.compare.is_some() || csv.is_dir() {
+        if csv.is_dir() {
             return Err(AnalyzeError::Invalid {
                 message: format!(
                     "metrics --plot {}: {} is not one metrics CSV file",
                     out.display(),
                     csv.display()
                 ),
-                hint: "pass exactly one metrics CSV file with --plot (and no --compare)".into(),
+                hint: "pass exactly one metrics CSV file with --plot, or `--compare A B --plot`"
+                    .into(),
             });
         }
         plot::token_breakdown(out, csv, a.trim)?;
@@ -397,16 +435,14 @@ fn run_metrics(a: &MetricsArgs) -> Result<String> {
     }
     if let Some(pair) = &a.compare {
         let (x, y) = (read_run(&pair[0], a.trim)?, read_run(&pair[1], a.trim)?);
+        if let Some(out) = &a.plot {
+            plot::compare_runs(out, &x, &y, a.trim)?;
+            eprintln!("plot -> {}", out.display());
+        }
         if a.format == Format::Text {
             return metrics::compare(&x, &y);
         }
-        let ci = bmoe_stats::bootstrap_ratio_of_means_ci(
-            &x.walls,
-            &y.walls,
-            metrics::RESAMPLES,
-            0.95,
-            metrics::SEED,
-        );
+        let ci = metrics::ratio_ci(&x, &y);
         let (ja, jb) = (
             metrics::runs_json(std::slice::from_ref(&x)),
             metrics::runs_json(std::slice::from_ref(&y)),

@@ -430,17 +430,74 @@ pub fn runs_table(runs: &[RunStats]) -> String {
     out
 }
 
+/// The ratio of mean token time A / B with its bootstrap 95 % CI (`None` when B's mean is 0);
+/// the one computation behind `--compare`'s text, JSON, CSV and plot.
+#[must_use]
+pub fn ratio_ci(a: &RunStats, b: &RunStats) -> Option<BootstrapCi> {
+    bootstrap_ratio_of_means_ci(&a.walls, &b.walls, RESAMPLES, 0.95, SEED)
+}
+
+/// [`ratio_ci`], or the error `--compare` reports when B's mean token time is 0.
+///
+/// # Errors
+/// [`AnalyzeError::Invalid`] naming B.
+pub fn require_ratio_ci(a: &RunStats, b: &RunStats) -> Result<BootstrapCi> {
+    ratio_ci(a, b).ok_or_else(|| AnalyzeError::Invalid {
+        message: format!(
+            "cannot compare: {} has a zero mean token time",
+            b.path.display()
+        ),
+        hint: "compare two runs with decode rows".into(),
+    })
+}
+
+/// What a ratio's CI says about which run is faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The interval lies below 1.
+    AFaster,
+    /// The interval lies above 1.
+    BFaster,
+    /// The interval contains 1.
+    NoDifference,
+}
+
+impl Verdict {
+    /// The verdict of `ci`.
+    #[must_use]
+    pub fn of(ci: &BootstrapCi) -> Self {
+        if ci.high < 1.0 {
+            Self::AFaster
+        } else if ci.low > 1.0 {
+            Self::BFaster
+        } else {
+            Self::NoDifference
+        }
+    }
+
+    /// Short form (plot titles).
+    #[must_use]
+    pub fn short(self) -> &'static str {
+        match self {
+            Self::AFaster => "A is faster",
+            Self::BFaster => "B is faster",
+            Self::NoDifference => "no significant difference",
+        }
+    }
+
+    /// Why, as `--compare` prints it.
+    #[must_use]
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::AFaster | Self::BFaster => "the interval excludes 1",
+            Self::NoDifference => "the interval contains 1",
+        }
+    }
+}
+
 /// `--compare A B`: ratio of mean token time A / B with its bootstrap CI.
 pub fn compare(a: &RunStats, b: &RunStats) -> Result<String> {
-    let ci = bootstrap_ratio_of_means_ci(&a.walls, &b.walls, RESAMPLES, 0.95, SEED).ok_or_else(
-        || AnalyzeError::Invalid {
-            message: format!(
-                "cannot compare: {} has a zero mean token time",
-                b.path.display()
-            ),
-            hint: "compare two runs with decode rows".into(),
-        },
-    )?;
+    let ci = require_ratio_ci(a, b)?;
     let mut out = String::new();
     let _ = writeln!(out, "A = {}", run_label(a));
     let _ = writeln!(out, "B = {}", run_label(b));
@@ -453,14 +510,8 @@ pub fn compare(a: &RunStats, b: &RunStats) -> Result<String> {
         f(bmoe_stats::mean(&a.walls), 2),
         f(bmoe_stats::mean(&b.walls), 2)
     );
-    let verdict = if ci.high < 1.0 {
-        "A is faster (the interval excludes 1)"
-    } else if ci.low > 1.0 {
-        "B is faster (the interval excludes 1)"
-    } else {
-        "no significant difference (the interval contains 1)"
-    };
-    let _ = writeln!(out, "{verdict}");
+    let verdict = Verdict::of(&ci);
+    let _ = writeln!(out, "{} ({})", verdict.short(), verdict.reason());
     if a.instrumented != b.instrumented || a.stochastic != b.stochastic {
         out.push_str("warning: one run is traced or stochastic and the other is not; the ratio mixes run kinds\n");
     }

@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use serde_json::json;
+
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
         .args(args)
@@ -458,7 +460,6 @@ fn metrics_plot_needs_exactly_one_file() {
     for args in [
         vec!["metrics", &a, &a, "--plot", &out_svg],
         vec!["metrics", &dir, "--plot", &out_svg],
-        vec!["metrics", "--compare", &a, &a, "--plot", &out_svg],
     ] {
         let out = run(&args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
@@ -501,4 +502,354 @@ fn a_cut_short_last_line_is_noted_once_and_left_out() {
         "same report as without the cut line"
     );
     assert_drawn_png(&png);
+}
+
+/// `<workspace>/../shared` (or `BMOE_SHARED`) when it holds `rel`.
+fn shared_file(rel: &str) -> Option<std::path::PathBuf> {
+    let root = std::env::var_os("BMOE_SHARED")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
+    let p = root.join(rel);
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!("SKIP: {} not found (set BMOE_SHARED)", p.display());
+        None
+    }
+}
+
+#[test]
+fn drop_plot_of_the_toy_trace_names_its_series() {
+    plot_input(
+        "drop",
+        "t.csv",
+        ROUTE,
+        &[],
+        "drop.svg",
+        &[
+            "Expert dropping: flash saved vs weight mass lost - t.csv (k=2)",
+            "decode: 12 routed, 50.0% misses",
+            "router weight mass lost (%)",
+            "flash bytes saved (% of miss bytes)",
+            "=cache-aware: misses under F x 1/k (50.00%)",
+            "=static top-k cut",
+            "=no dropping (as recorded)",
+            "=F=0.25",
+            "=F=1.00",
+            "=top-1",
+            "<polyline",
+        ],
+    );
+    plot_input("drop", "t.csv", ROUTE, &[], "drop.png", &[]);
+}
+
+/// The plotted points of the real qwen trace are the rows `drop --format json` prints, and
+/// rounded as the text rounds them they are the text's table cells.
+#[test]
+fn drop_plot_points_are_the_reports_rows() {
+    use bmoe_analyze::route::{Phase, RouteFilter, RouteTrace};
+    let Some(trace) = shared_file("realdata/2026-07-15-route-trace/qwen.route.csv") else {
+        return;
+    };
+    let t = RouteTrace::read(
+        &trace,
+        RouteFilter {
+            turn: None,
+            phase: Phase::All,
+            all_columns: true,
+        },
+    )
+    .expect("read the qwen trace");
+    let mut tables = bmoe_analyze::drop::DropTables::default();
+    bmoe_analyze::drop::report_with_tables(&t, &mut tables).expect("k in the preamble");
+    let panels = bmoe_analyze::plot::drop::tradeoff(&tables, "qwen.route.csv");
+    assert_eq!(
+        panels.iter().map(|p| p.phase.as_str()).collect::<Vec<_>>(),
+        ["decode", "prefill"]
+    );
+
+    let p = trace.to_str().expect("utf-8 path");
+    let out = run(&["drop", p, "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_str(&text(&out.stdout)).expect("JSON");
+    let report = text(&run(&["drop", p]).stdout);
+    let close = |a: f64, b: &serde_json::Value| {
+        let b = b.as_f64().expect("number");
+        assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{a} vs {b}");
+    };
+    for panel in &panels {
+        let rows = |table: &str| -> Vec<serde_json::Value> {
+            json[table]
+                .as_array()
+                .expect("table")
+                .iter()
+                .filter(|r| r["phase"] == panel.phase.as_str())
+                .cloned()
+                .collect()
+        };
+        let (thr, stat, head) = (rows("threshold"), rows("static_k"), rows("phases"));
+        assert_eq!(panel.threshold.len(), 4);
+        assert_eq!(panel.static_k.len(), 5, "k=6: keep 5 down to 1");
+        assert_eq!((thr.len(), stat.len(), head.len()), (4, 5, 1));
+        assert_eq!(panel.k, 6);
+        assert_eq!(json!(panel.routed), head[0]["routed"]);
+        close(panel.miss_pct, &head[0]["miss_pct"]);
+        let label = panel.phase.to_uppercase();
+        assert!(
+            report.contains(&format!(
+                "[{label}] {} routing cells, {} routed experts, {:.1}% misses",
+                head[0]["cells"], panel.routed, panel.miss_pct
+            )),
+            "{report}"
+        );
+        for (pt, row) in panel.threshold.iter().zip(&thr) {
+            close(pt.io_saved_pct, &row["io_saved_pct"]);
+            close(pt.mass_lost_pct, &row["mass_lost_pct"]);
+            let frac = row["frac"].as_f64().expect("frac");
+            assert_eq!(pt.label, format!("F={frac:.2}"));
+            let line = format!(
+                "  {frac:6.2}  {:7.2}%  {:8.1}%  {:9.2}%",
+                row["thr_pct"].as_f64().expect("thr"),
+                pt.io_saved_pct,
+                pt.mass_lost_pct
+            );
+            assert!(report.contains(&line), "text has {line:?}");
+        }
+        for (pt, row) in panel.static_k.iter().zip(&stat) {
+            close(pt.io_saved_pct, &row["io_saved_pct"]);
+            close(pt.mass_lost_pct, &row["mass_lost_pct"]);
+            assert_eq!(pt.label, format!("top-{}", row["keep_k"]));
+            let line = format!(
+                "  {:6}  {:8.1}%  {:9.2}%",
+                row["keep_k"], pt.io_saved_pct, pt.mass_lost_pct
+            );
+            assert!(report.contains(&line), "text has {line:?}");
+        }
+    }
+    // The published comparison (CHANGELOG): decode F=1.0 saves 66 % for 9.5 % of the mass.
+    assert_eq!(
+        (
+            format!("{:.1}", panels[0].threshold[3].io_saved_pct),
+            format!("{:.2}", panels[0].threshold[3].mass_lost_pct)
+        ),
+        ("66.1".to_string(), "9.46".to_string())
+    );
+
+    let d = tempfile::tempdir().expect("tempdir");
+    let svg = d.path().join("drop.svg");
+    let png = d.path().join("drop.png");
+    for out in [&svg, &png] {
+        let o = run(&["drop", p, "--plot", out.to_str().expect("path")]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), report, "--plot leaves stdout unchanged");
+    }
+    let svg = std::fs::read_to_string(&svg).expect("svg written");
+    assert_well_formed_svg(&svg);
+    let labels = texts(&svg);
+    for want in [
+        "Expert dropping: flash saved vs weight mass lost - qwen.route.csv (k=6)",
+        "decode: 36864 routed, 19.7% misses",
+        "prefill: 7902 routed, 100.0% misses",
+        "cache-aware: misses under F x 1/k (16.67%)",
+        "top-5",
+        "F=0.75",
+    ] {
+        assert!(labels.iter().any(|l| l == want), "{want:?} in {labels:?}");
+    }
+    assert_drawn_png(&png);
+}
+
+/// A metrics CSV with the given wall times.
+fn walls_csv(dir: &Path, name: &str, walls: &[f64]) -> String {
+    let mut t = String::from(
+        "# bmoe_metrics v1\n# model=/m/toy.gguf arch=toy threads=4\nstep,steps,wall_ms,io_ms\n",
+    );
+    for (i, w) in walls.iter().enumerate() {
+        t.push_str(&format!("{},{},{w:.3},1.000\n", i + 1, walls.len()));
+    }
+    let p = dir.join(name);
+    std::fs::write(&p, t).expect("write");
+    p.display().to_string()
+}
+
+/// The compare plot of two runs: stdout unchanged, the title carries the text's ratio, CI and
+/// verdict, the legend the text's means, and the plotted series are the runs' token times.
+fn check_compare_plot(a: &str, b: &str, trim: usize) {
+    let trim_s = trim.to_string();
+    let base = ["metrics", "--trim", &trim_s, "--compare", a, b];
+    let plain = run(&base);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let report = text(&plain.stdout);
+    // "mean token time A/B = 0.672 (95% CI 0.514 .. 0.834; 188.32 vs 280.31 ms/tok)"
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("mean token time A/B = "))
+        .expect("ratio line");
+    let nums: Vec<&str> = line
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|s| s.contains('.') && s.chars().any(|c| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(nums.len(), 5, "{line}: ratio, low, high, mean A, mean B");
+    let verdict = report.lines().nth(3).expect("verdict line");
+    let short = verdict.split(" (").next().expect("short verdict");
+    let title = format!(
+        "Per-token wall time - A/B = {} (95% CI {} .. {}), {short}",
+        nums[0], nums[1], nums[2]
+    );
+
+    let ra = bmoe_analyze::metrics::RunStats::read(Path::new(a), trim)
+        .expect("read A")
+        .expect("rows");
+    let rb = bmoe_analyze::metrics::RunStats::read(Path::new(b), trim)
+        .expect("read B")
+        .expect("rows");
+    let series = bmoe_analyze::plot::compare::compare_series(&ra, &rb, trim).expect("series");
+    assert_eq!(series.title(), title);
+    for (s, r, mean) in [(&series.a, &ra, nums[3]), (&series.b, &rb, nums[4])] {
+        assert_eq!(
+            s.walls, r.walls,
+            "the plotted walls are the statistics' input"
+        );
+        assert_eq!(s.first_token, trim + 1);
+        assert_eq!(format!("{:.2}", s.mean_ms), mean);
+        let mut sorted = r.walls.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(s.ecdf.first().map(|p| p.0), sorted.first().copied());
+        assert_eq!(s.ecdf.last().copied(), sorted.last().map(|&w| (w, 100.0)));
+        assert!(
+            s.ecdf
+                .windows(2)
+                .all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1)
+        );
+    }
+
+    let d = tempfile::tempdir().expect("tempdir");
+    let svg = d.path().join("cmp.svg");
+    let png = d.path().join("cmp.png");
+    for out in [&svg, &png] {
+        let mut args = base.to_vec();
+        let o = out.to_str().expect("path");
+        args.extend_from_slice(&["--plot", o]);
+        let r = run(&args);
+        assert!(r.status.success(), "{}", text(&r.stderr));
+        assert_eq!(text(&r.stdout), report, "--plot leaves stdout unchanged");
+        assert!(text(&r.stderr).contains(&format!("plot -> {o}")));
+    }
+    let svg = std::fs::read_to_string(&svg).expect("svg written");
+    assert_well_formed_svg(&svg);
+    let labels = texts(&svg);
+    let name = |p: &str| {
+        Path::new(p)
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned()
+    };
+    for want in [
+        title,
+        format!("A: {} ({} tokens)", name(a), ra.walls.len()),
+        format!("B: {} ({} tokens)", name(b), rb.walls.len()),
+        format!("A mean {} ms/tok", nums[3]),
+        format!("B mean {} ms/tok", nums[4]),
+        "wall ms per token (log scale)".into(),
+        "tokens at or below (%)".into(),
+        "token (metrics row after --trim)".into(),
+    ] {
+        assert!(labels.contains(&want), "{want:?} in {labels:?}");
+    }
+    assert_drawn_png(&png);
+}
+
+#[test]
+fn compare_plot_of_two_synthetic_runs() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let a = walls_csv(
+        d.path(),
+        "fast.csv",
+        &[900.0, 100.0, 110.0, 90.0, 105.0, 95.0],
+    );
+    let b = walls_csv(
+        d.path(),
+        "slow.csv",
+        &[950.0, 200.0, 210.0, 190.0, 205.0, 0.0],
+    );
+    check_compare_plot(&a, &b, 0);
+    check_compare_plot(&a, &b, 1);
+}
+
+#[test]
+fn compare_plot_of_two_real_phone_runs() {
+    let (Some(a), Some(b)) = (
+        shared_file("realdata/2026-07-20-cache-replay/qwen-lru_a.csv"),
+        shared_file("realdata/2026-07-20-cache-replay/qwen-lfu_a.csv"),
+    ) else {
+        return;
+    };
+    check_compare_plot(a.to_str().expect("utf-8"), b.to_str().expect("utf-8"), 0);
+}
+
+#[test]
+fn drop_and_compare_plot_errors_are_clear_and_leave_no_file() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let trace = d.path().join("t.csv");
+    std::fs::write(&trace, ROUTE).expect("write trace");
+    let trace = trace.display().to_string();
+    let a = walls_csv(d.path(), "a.csv", &[100.0, 110.0]);
+    let svg = d.path().join("p.svg").display().to_string();
+    let jpg = d.path().join("p.jpg").display().to_string();
+    // A directory where the picture should go: the rename fails, the temporary file goes.
+    let dir_svg = d.path().join("taken.svg");
+    std::fs::create_dir(&dir_svg).expect("mkdir");
+    let dir_svg = dir_svg.display().to_string();
+    let cases: [(Vec<&str>, String, &str); 6] = [
+        (
+            vec!["drop", &trace, &trace, "--plot", &svg],
+            format!("drop --plot {svg}: the trade-off is drawn for one trace, 2 given"),
+            "pass exactly one route trace with --plot",
+        ),
+        (
+            vec!["drop", &trace, "--plot", &jpg],
+            format!("--plot {jpg}: unknown plot format"),
+            "name the output like `--plot out.svg`",
+        ),
+        (
+            vec!["drop", &trace, "--plot", &dir_svg],
+            format!("--plot {dir_svg}: cannot write the plot"),
+            "check that the directory exists and is writable",
+        ),
+        (
+            vec!["metrics", "--compare", &a, &a, "--plot", &jpg],
+            format!("--plot {jpg}: unknown plot format"),
+            "name the output like `--plot out.svg`",
+        ),
+        (
+            vec!["metrics", &a, "--compare", &a, &a, "--plot", &svg],
+            format!("metrics --compare --plot {svg}: 1 more path(s) besides A and B"),
+            "pass only the two runs",
+        ),
+        (
+            vec!["metrics", "--compare", &a, &a, "--plot", &dir_svg],
+            format!("--plot {dir_svg}: cannot write the plot"),
+            "check that the directory exists and is writable",
+        ),
+    ];
+    for (args, message, hint) in cases {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: no report on a failed plot"
+        );
+        let err = text(&out.stderr);
+        assert!(err.contains(&message), "{err}");
+        assert!(err.contains(&format!("\nhint: {hint}")), "{err}");
+    }
+    assert!(!Path::new(&svg).exists() && !Path::new(&jpg).exists());
+    assert!(Path::new(&dir_svg).is_dir());
+    let left: Vec<String> = std::fs::read_dir(d.path())
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".partial"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
 }

@@ -3,7 +3,8 @@
 //! Every chart is a [`Figure`] drawn once per output: SVG through plotters' SVG backend, PNG
 //! through [`raster::Canvas`], an in-memory RGB canvas whose text comes from a font compiled into
 //! the binary (no system fonts, no fontconfig). Charts are rendered into memory first and
-//! written in one go, so a failed write never leaves half a file behind that looks complete.
+//! written in one go through a temporary file renamed into place, so a failed write never leaves
+//! half a file behind that looks complete.
 //!
 //! | chart | command | module |
 //! |---|---|---|
@@ -11,8 +12,12 @@
 //! | layer × expert heat, reuse-distance histogram, step × layer grid | `route --view hot\|reuse\|matrix` | [`route`] |
 //! | per-token stacked time breakdown | `metrics FILE` | [`timing`] |
 //! | compute share by op, io latency CDF | `compute`, `io` | [`decode`] |
+//! | flash saved vs weight mass lost, threshold vs static top-k | `drop` | [`drop`] |
+//! | two runs' per-token wall time and its ECDF, with the A/B ratio | `metrics --compare` | [`compare`] |
 
+pub mod compare;
 pub mod decode;
+pub mod drop;
 pub mod raster;
 pub mod replay;
 pub mod route;
@@ -25,7 +30,9 @@ use plotters::prelude::*;
 
 use crate::{AnalyzeError, Result};
 
+pub use compare::compare_runs;
 pub use decode::{compute_share, io_latency_cdf};
+pub use drop::drop_tradeoff;
 pub use replay::replay_curve;
 pub use route::{hot, matrix, reuse};
 pub use timing::token_breakdown;
@@ -117,10 +124,38 @@ pub(crate) fn render(path: &Path, fig: &impl Figure) -> Result<()> {
             raster::encode_png(&px, SIZE).map_err(|e| draw_err(path, e))?
         }
     };
-    std::fs::write(path, bytes).map_err(|e| AnalyzeError::Invalid {
+    write_whole(path, &bytes).map_err(|e| AnalyzeError::Invalid {
         message: format!("--plot {}: cannot write the plot: {e}", path.display()),
         hint: "check that the directory exists and is writable, or pick another --plot path".into(),
     })
+}
+
+/// Write `bytes` to a temporary file beside `path`, then rename it over `path`: a full disk or
+/// a killed process leaves the old file (or none), never a truncated picture.
+fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map_or_else(|| "plot".into(), |n| n.to_string_lossy().into_owned());
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".partial")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.flush()?;
+    // The temporary file is created 0600; the picture is an ordinary data file.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// Light (0) to dark blue (1).
