@@ -469,11 +469,28 @@ fn run_metrics(a: &MetricsArgs) -> Result<String> {
     }
     if let [dir] = a.paths.as_slice()
         && dir.is_dir()
-        && a.format == Format::Text
     {
-        let (mut out, md, runs) = metrics::bench_dir(dir)?;
+        let bench = metrics::bench_dir(dir)?;
+        let runs: Vec<metrics::RunStats> = bench.runs.iter().map(|b| b.run.clone()).collect();
         if let Some(path) = &a.markdown {
-            std::fs::write(path, md).map_err(|e| AnalyzeError::io(path, e))?;
+            std::fs::write(path, &bench.markdown).map_err(|e| AnalyzeError::io(path, e))?;
+        }
+        if a.format != Format::Text {
+            // The text's tables, unrounded; --ci adds the per-run table as in text.
+            let mut tables = bench.tables();
+            if a.ci {
+                tables.push(runs_table(&runs));
+            }
+            return Ok(match a.format {
+                Format::Json => table::to_json(
+                    serde_json::json!({"dir": dir.display().to_string()}),
+                    &tables,
+                ),
+                _ => table::to_csv(&tables),
+            });
+        }
+        let mut out = bench.text;
+        if let Some(path) = &a.markdown {
             out.push_str(&format!("\nmarkdown -> {}\n", path.display()));
         }
         if a.ci {
@@ -509,15 +526,18 @@ fn run_metrics(a: &MetricsArgs) -> Result<String> {
     }
     Ok(match a.format {
         Format::Json => format!("{:#}\n", metrics::runs_json(&runs)),
-        Format::Csv => {
-            let mut t = table::Table::new("runs", &RUN_COLUMNS);
-            for run in metrics::runs_json(&runs).as_array().into_iter().flatten() {
-                t.push(RUN_COLUMNS.iter().map(|c| run[*c].clone()).collect());
-            }
-            table::to_csv(&[t])
-        }
+        Format::Csv => table::to_csv(&[runs_table(&runs)]),
         Format::Text => metrics::runs_table(&runs),
     })
+}
+
+/// The `runs` table: each run's `--format json` keys as columns.
+fn runs_table(runs: &[metrics::RunStats]) -> table::Table {
+    let mut t = table::Table::new("runs", &RUN_COLUMNS);
+    for run in metrics::runs_json(runs).as_array().into_iter().flatten() {
+        t.push(RUN_COLUMNS.iter().map(|c| run[*c].clone()).collect());
+    }
+    t
 }
 
 /// `metrics --format csv`: the `--format json` keys of a run, as the `runs` table's columns.

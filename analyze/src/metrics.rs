@@ -251,8 +251,134 @@ impl RunStats {
     }
 }
 
-/// bench-analyze over a session directory: stdout tables and the markdown summary.
-pub fn bench_dir(dir: &Path) -> Result<(String, String, Vec<RunStats>)> {
+/// One run of a bench-analyze session directory: `<model>_<config>.csv`.
+#[derive(Debug, Clone)]
+pub struct BenchRun {
+    /// Model key (`qwen`, `gemma`).
+    pub model: &'static str,
+    /// Configuration key (`mmap`, `c2000_l4`, …).
+    pub config: &'static str,
+    /// The configuration's label in the tables.
+    pub label: &'static str,
+    /// The run's figures.
+    pub run: RunStats,
+}
+
+/// bench-analyze over a session directory.
+#[derive(Debug, Clone)]
+pub struct BenchDir {
+    /// The stdout tables (throughput, device pressure, cache-sizing title), per model.
+    pub text: String,
+    /// The markdown summary (`--markdown`).
+    pub markdown: String,
+    /// The runs found, in table order (model, then configuration).
+    pub runs: Vec<BenchRun>,
+}
+
+/// `Some(v)` when `v` is a measured (non-negative, finite) cache hit rate.
+fn hit_pct(raw: Option<&str>) -> Option<f64> {
+    raw.and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+impl BenchDir {
+    /// The figures of the text and markdown tables, unrounded, as `--format json|csv` prints
+    /// them: `throughput` and `pressure` (one row per run, the stdout tables), `sizing` (the
+    /// markdown's cache-sizing rows); `null` where the text prints a dash.
+    #[must_use]
+    pub fn tables(&self) -> Vec<crate::table::Table> {
+        use crate::table::{Table, num};
+        use serde_json::{Value, json};
+        let opt = |v: Option<f64>| v.map_or(Value::Null, num);
+        let mut throughput = Table::new(
+            "throughput",
+            &[
+                "model",
+                "config",
+                "label",
+                "path",
+                "decode_tps_mean",
+                "decode_tps_min",
+                "decode_tps_max",
+                "decode_tps_median",
+                "decode_tps_p95",
+                "prefill_tps",
+                "ttft_s",
+                "cache_hit_pct",
+                "read_mib_per_token",
+                "stall_ms_per_token",
+            ],
+        );
+        let mut pressure = Table::new(
+            "pressure",
+            &[
+                "model",
+                "config",
+                "label",
+                "peak_rss_gb",
+                "ram_floor_gb",
+                "cpu_start_c",
+                "cpu_max_c",
+                "batt_max_c",
+            ],
+        );
+        let mut sizing = Table::new(
+            "sizing",
+            &[
+                "model",
+                "config",
+                "label",
+                "cache_budget_mib",
+                "cache_resident_mib",
+                "prefetch_useful_pct",
+                "prefetch_read_mib_per_token",
+            ],
+        );
+        for b in &self.runs {
+            let r = &b.run;
+            let key = [json!(b.model), json!(b.config), json!(b.label)];
+            let mut row = key.to_vec();
+            row.extend([
+                json!(r.path.display().to_string()),
+                num(r.mean_tps),
+                num(r.min()),
+                num(r.max()),
+                num(r.median()),
+                num(r.p95()),
+                num(r.prefill_tps),
+                num(r.ttft_s),
+                opt(hit_pct(r.cache_hit.as_deref())),
+                num(r.read_mib_tok),
+                opt(r.stall_ms),
+            ]);
+            throughput.push(row);
+            let mut row = key.to_vec();
+            row.extend([
+                num(r.peak_rss_gb),
+                num(r.ram_floor_gb),
+                num(r.cpu_start_c),
+                num(r.cpu_max_c),
+                num(r.batt_max_c),
+            ]);
+            pressure.push(row);
+            if r.sizing() {
+                let spec = r.spec_read_mib_tok > 0.0;
+                let mut row = key.to_vec();
+                row.extend([
+                    opt((r.cache_budget_mib > 0.0).then_some(r.cache_budget_mib)),
+                    num(r.cache_resident_mib),
+                    opt(spec.then_some(r.spec_useful_pct)),
+                    opt(spec.then_some(r.spec_read_mib_tok)),
+                ]);
+                sizing.push(row);
+            }
+        }
+        vec![throughput, pressure, sizing]
+    }
+}
+
+/// bench-analyze over a session directory: stdout tables, the markdown summary and the runs.
+pub fn bench_dir(dir: &Path) -> Result<BenchDir> {
     if !dir.is_dir() {
         return Err(AnalyzeError::Invalid {
             message: format!("{}: not a directory", dir.display()),
@@ -266,6 +392,7 @@ pub fn bench_dir(dir: &Path) -> Result<(String, String, Vec<RunStats>)> {
     let mut all = Vec::new();
     for (model, title) in MODELS {
         let mut runs: Vec<(&str, Option<RunStats>)> = Vec::new();
+        let mut keys: Vec<&'static str> = Vec::new();
         for (key, label) in CONFIGS {
             let path = dir.join(format!("{model}_{key}.csv"));
             let run = if path.is_file() {
@@ -274,6 +401,7 @@ pub fn bench_dir(dir: &Path) -> Result<(String, String, Vec<RunStats>)> {
                 None
             };
             runs.push((label, run));
+            keys.push(key);
         }
         let upper = model.to_uppercase();
         let _ = writeln!(out, "\n===== {upper} {DASH} throughput =====");
@@ -382,9 +510,24 @@ pub fn bench_dir(dir: &Path) -> Result<(String, String, Vec<RunStats>)> {
                 );
             }
         }
-        all.extend(runs.into_iter().filter_map(|(_, r)| r));
+        all.extend(
+            runs.into_iter()
+                .zip(keys)
+                .filter_map(|((label, r), config)| {
+                    r.map(|run| BenchRun {
+                        model,
+                        config,
+                        label,
+                        run,
+                    })
+                }),
+        );
     }
-    Ok((out, md, all))
+    Ok(BenchDir {
+        text: out,
+        markdown: md,
+        runs: all,
+    })
 }
 
 fn run_label(r: &RunStats) -> String {

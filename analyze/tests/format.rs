@@ -344,3 +344,189 @@ fn metrics_csv_carries_the_json_figures() {
     // The text report states the same ratio.
     assert!(stdout(&["metrics", "--compare", &a, &b]).contains("mean token time A/B = 0.500"));
 }
+
+/// The data lines of `text` under each `===== MODEL — <table> =====` header, as
+/// ((model, table), line).
+fn bench_sections(text: &str) -> Vec<((String, String), String)> {
+    let mut at = (String::new(), String::new());
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if let Some(h) = line.strip_prefix("===== ") {
+            let h = h.trim_end_matches(" =====");
+            let (model, table) = h.split_once(" \u{2014} ").expect("model — table");
+            at = (model.to_lowercase(), table.to_string());
+        } else if !line.is_empty() && !line.starts_with("config ") {
+            out.push((at.clone(), line.to_string()));
+        }
+    }
+    out
+}
+
+/// `metrics DIR --format json|csv` on a bench-analyze session directory: the text's throughput
+/// and device-pressure tables and the markdown's cache-sizing rows, unrounded; CSV = JSON.
+#[test]
+fn metrics_dir_json_and_csv_carry_the_bench_tables() {
+    let Some(shared) = shared() else {
+        eprintln!("SKIP: shared/realdata/synthetic not found (set BMOE_SHARED)");
+        return;
+    };
+    let dir = shared.join("realdata/bench-analyze-mixed");
+    let dir_s = dir.to_str().expect("utf-8 path");
+    let d = tempfile::tempdir().expect("tempdir");
+    let md_path = d.path().join("summary.md");
+    let md_s = md_path.to_str().expect("utf-8 path");
+    let text = stdout(&["metrics", dir_s, "--markdown", md_s]);
+    let md = std::fs::read_to_string(&md_path).expect("markdown written");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&["metrics", dir_s, "--format", "json"])).expect("JSON");
+    assert_eq!(json["meta"]["dir"], dir_s);
+    let lines = bench_sections(&text);
+    let line_of = |model: &str, table: &str, label: &str| -> Vec<String> {
+        let hits: Vec<&String> = lines
+            .iter()
+            .filter(|((m, t), l)| m == model && t == table && l.starts_with(&format!("{label} ")))
+            .map(|(_, l)| l)
+            .collect();
+        assert_eq!(hits.len(), 1, "{model} {table} {label}: {hits:?}");
+        hits[0][label.len()..]
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let n =
+        |v: &serde_json::Value, prec: usize| format!("{:.*}", prec, v.as_f64().expect("number"));
+    let dash = |v: &serde_json::Value, fmt: &dyn Fn(f64) -> String| {
+        v.as_f64().map_or_else(|| "\u{2014}".to_string(), fmt)
+    };
+    let throughput = json["throughput"].as_array().expect("throughput");
+    assert_eq!(
+        throughput.len(),
+        11,
+        "every <model>_<config>.csv of the directory"
+    );
+    let mut null_hit = 0;
+    for r in throughput {
+        let (model, label) = (
+            r["model"].as_str().expect("model"),
+            r["label"].as_str().expect("label"),
+        );
+        null_hit += usize::from(r["cache_hit_pct"].is_null());
+        let want = vec![
+            n(&r["decode_tps_mean"], 2),
+            n(&r["decode_tps_min"], 2),
+            n(&r["decode_tps_max"], 2),
+            n(&r["decode_tps_median"], 2),
+            n(&r["decode_tps_p95"], 2),
+            n(&r["prefill_tps"], 2),
+            n(&r["ttft_s"], 1),
+            dash(&r["cache_hit_pct"], &|v| format!("{v:.0}%")),
+            format!("{}M", n(&r["read_mib_per_token"], 0)),
+            dash(&r["stall_ms_per_token"], &|v| format!("{v:.1}")),
+        ];
+        assert_eq!(line_of(model, "throughput", label), want, "{model} {label}");
+        assert!(r["path"].as_str().expect("path").ends_with(&format!(
+            "{model}_{}.csv",
+            r["config"].as_str().expect("config")
+        )));
+    }
+    assert_eq!(
+        null_hit, 1,
+        "the v0 file without a cache hit rate prints a dash"
+    );
+    for r in json["pressure"].as_array().expect("pressure") {
+        let (model, label) = (
+            r["model"].as_str().expect("model"),
+            r["label"].as_str().expect("label"),
+        );
+        let want = vec![
+            format!("{}GB", n(&r["peak_rss_gb"], 2)),
+            format!("{}GB", n(&r["ram_floor_gb"], 2)),
+            format!("{}C", n(&r["cpu_start_c"], 1)),
+            format!("{}C", n(&r["cpu_max_c"], 1)),
+            format!("{}C", n(&r["batt_max_c"], 1)),
+        ];
+        assert_eq!(
+            line_of(model, "device pressure", label),
+            want,
+            "{model} {label}"
+        );
+    }
+    let sizing = json["sizing"].as_array().expect("sizing");
+    assert!(!sizing.is_empty());
+    for r in sizing {
+        let label = r["label"].as_str().expect("label");
+        let row = format!(
+            "| {label} | {} | {} MiB | {} | {} |",
+            dash(&r["cache_budget_mib"], &|v| format!("{v:.0} MiB")),
+            n(&r["cache_resident_mib"], 0),
+            dash(&r["prefetch_useful_pct"], &|v| format!("{v:.0}%")),
+            dash(&r["prefetch_read_mib_per_token"], &|v| format!(
+                "{v:.0} MiB"
+            )),
+        );
+        assert!(md.contains(&row), "markdown has {row:?}");
+    }
+    assert!(
+        json.get("runs").is_none(),
+        "the per-run table needs --ci, as in text"
+    );
+    let with_ci: serde_json::Value =
+        serde_json::from_str(&stdout(&["metrics", dir_s, "--ci", "--format", "json"]))
+            .expect("JSON");
+    assert_eq!(with_ci["runs"].as_array().map(Vec::len), Some(11));
+
+    let csv = csv_tables(&stdout(&["metrics", dir_s, "--format", "csv"]));
+    let names: Vec<&str> = csv.iter().map(|t| t.0.as_str()).collect();
+    assert_eq!(names, ["throughput", "pressure", "sizing"]);
+    for (name, header, rows) in &csv {
+        let arr = json[name.as_str()].as_array().expect("table");
+        assert_eq!(rows.len(), arr.len(), "{name}");
+        let cols: Vec<&str> = header.split(',').collect();
+        for (row, obj) in rows.iter().zip(arr) {
+            // Labels with commas are quoted; compare the numeric tail, which has none.
+            let tail: Vec<&str> = row.rsplit(',').take(cols.len() - 3).collect();
+            for (cell, col) in tail.iter().zip(cols.iter().rev()) {
+                let v = &obj[*col];
+                let want = if v.is_null() {
+                    String::new()
+                } else {
+                    v.to_string().trim_matches('"').to_string()
+                };
+                assert_eq!(*cell, want, "{name}.{col}");
+            }
+        }
+    }
+}
+
+/// A `bmoe-cli --session --csv` file (a `turn` column, one `# summary` per turn) is one run in
+/// every format: text, JSON and CSV all count the tokens of every turn together.
+#[test]
+fn a_session_csv_is_one_run_in_text_json_and_csv() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = d.path().join("session.csv");
+    std::fs::write(
+        &p,
+        "# bmoe_metrics v2\n# model=/m/toy.gguf arch=toy threads=4\n\
+step,steps,wall_ms,io_ms,turn\n1,3,10.000,1.000,0\n2,3,12.000,1.000,0\n3,3,11.000,1.000,0\n\
+# summary tokens=3 s/tok=0.011\n1,2,20.000,1.000,1\n2,2,22.000,1.000,1\n# summary tokens=2 s/tok=0.021\n",
+    )
+    .expect("write");
+    let p = p.to_str().expect("utf-8 path");
+    let text = stdout(&["metrics", p]);
+    let row: Vec<&str> = text
+        .lines()
+        .nth(1)
+        .expect("one run")
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..2], ["5", "15.00"], "{text}");
+    assert_eq!(text.lines().count(), 3, "header, one run, footnote: {text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&["metrics", p, "--format", "json"])).expect("JSON");
+    assert_eq!(json.as_array().map(Vec::len), Some(1));
+    assert_eq!(json[0]["tokens"], 5);
+    assert_eq!(json[0]["mean_ms_per_token"], 15.0);
+    let csv = csv_tables(&stdout(&["metrics", p, "--format", "csv"]));
+    assert_eq!(csv[0].2.len(), 1);
+    assert!(csv[0].2[0].contains(",5,15.0,"), "{:?}", csv[0].2);
+}
