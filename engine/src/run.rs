@@ -385,8 +385,9 @@ pub fn run(
         let _ = writeln!(out, "{}\n", g.tail);
     }
     if cfg.progress {
-        // the answer only: with a chat split the reasoning is not part of it
-        let _ = writeln!(out, "{ANSWER_BANNER}\n{}\n{PERF_BANNER}", g.answer);
+        // the seed's "<full generated text>": reasoning and markers included, as generated (the
+        // split answer is what BMOE_PROGRESS / BMOE_DONE carry)
+        let _ = writeln!(out, "{ANSWER_BANNER}\n{}\n{PERF_BANNER}", g.text);
     }
     for line in summary_lines(&g.summary, &engine.mode_line()) {
         let _ = writeln!(out, "{line}");
