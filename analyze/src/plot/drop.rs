@@ -138,6 +138,22 @@ fn curve(pts: &[TradeoffPoint]) -> Labelled<'_> {
         .collect()
 }
 
+/// Where a point's label goes (pixels from the point). The cache-aware curve lies above and
+/// left of the static one, so its labels go up and to the left (up and to the right next to the
+/// y axis) and the static cut's go down and to the right, keeping the two sets apart.
+fn label_offset(label: &str, x_share: f64, upper: bool) -> (i32, i32) {
+    if !upper {
+        return (7, 4);
+    }
+    // About 7 px per character at 13 px; a panel's plotting area is about 420 px wide.
+    let width = 7 * i32::try_from(label.chars().count()).unwrap_or(8);
+    if x_share * 420.0 < f64::from(width + 12) {
+        return (7, -16);
+    }
+    // End the label just left of the point.
+    (-8 - width, -16)
+}
+
 fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PhaseTradeoff) -> DrawResult {
     let thr = curve(&p.threshold);
     let stat = curve(&p.static_k);
@@ -169,16 +185,16 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PhaseTradeo
         .draw()
         .msg()?;
     let share = 100.0 / p.k.max(1) as f64;
-    let series: [(String, RGBColor, &Labelled, i32); 2] = [
+    let series: [(String, RGBColor, &Labelled, bool); 2] = [
         (
             format!("cache-aware: misses under F x 1/k ({}%)", f(share, 2)),
             THRESHOLD,
             &thr,
-            -16,
+            true,
         ),
-        ("static top-k cut".to_string(), STATIC_K, &stat, 4),
+        ("static top-k cut".to_string(), STATIC_K, &stat, false),
     ];
-    for (name, colour, pts, dy) in series {
+    for (name, colour, pts, upper) in series {
         chart
             .draw_series(LineSeries::new(
                 pts.iter().map(|q| (q.0, q.1)),
@@ -193,15 +209,18 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PhaseTradeo
             .draw_series(pts.iter().skip(1).map(|&(x, y, label)| {
                 EmptyElement::at((x, y))
                     + Circle::new((0, 0), 4, colour.filled())
-                    + Text::new(label.to_string(), (7, dy), ("sans-serif", 13))
+                    + Text::new(
+                        label.to_string(),
+                        label_offset(label, x / x_max, upper),
+                        ("sans-serif", 13),
+                    )
             }))
             .msg()?;
     }
     chart
-        .draw_series(std::iter::once(Rectangle::new(
-            [(0.0, 0.0), (x_max * 0.012, 2.0)],
-            BLACK.filled(),
-        )))
+        .draw_series(std::iter::once(
+            EmptyElement::at((0.0, 0.0)) + Rectangle::new([(-4, -4), (4, 4)], BLACK.filled()),
+        ))
         .msg()?
         .label("no dropping (as recorded)")
         .legend(|(x, y)| Rectangle::new([(x + 6, y - 4), (x + 14, y + 4)], BLACK.filled()));
