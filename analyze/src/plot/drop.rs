@@ -138,20 +138,75 @@ fn curve(pts: &[TradeoffPoint]) -> Labelled<'_> {
         .collect()
 }
 
-/// Where a point's label goes (pixels from the point). The cache-aware curve lies above and
-/// left of the static one, so its labels go up and to the left (up and to the right next to the
-/// y axis) and the static cut's go down and to the right, keeping the two sets apart.
-fn label_offset(label: &str, x_share: f64, upper: bool) -> (i32, i32) {
-    if !upper {
-        return (7, 4);
+/// One label per run of points that would draw on top of each other (closer than 2 % of the
+/// x range and 3 points of y): `F=0.25/0.50` at the first of them.
+fn merged_labels(pts: &[(f64, f64, &str)], x_max: f64) -> Vec<(f64, f64, String)> {
+    let mut out: Vec<(f64, f64, String)> = Vec::new();
+    for &(x, y, label) in pts {
+        if let Some(last) = out.last_mut()
+            && (x - last.0).abs() < 0.02 * x_max
+            && (y - last.1).abs() < 3.0
+        {
+            let value = label.split_once(['=', '-']).map_or(label, |(_, v)| v);
+            last.2.push('/');
+            last.2.push_str(value);
+            continue;
+        }
+        out.push((x, y, label.to_string()));
     }
-    // About 7 px per character at 13 px; a panel's plotting area is about 420 px wide.
+    out
+}
+
+/// A label's box in pixels: left, top, right, bottom.
+type PxBox = (i32, i32, i32, i32);
+
+/// Text offsets tried for a label, best first (pixels from the point to the text's top-left
+/// corner): beside the point, then one and two lines further away. The cache-aware curve lies
+/// above and left of the static one, so its labels prefer up-left and the static cut's
+/// down-right, which keeps the two sets apart.
+fn candidates(width: i32, upper: bool) -> Vec<(i32, i32)> {
+    let (l, r, up, down) = (-8 - width, 7, -18, 4);
+    let (near, far, first, second) = if upper {
+        (up, down, l, r)
+    } else {
+        (down, up, r, l)
+    };
+    let mut out = Vec::new();
+    for step in [0, 14, 28] {
+        let away = if near < 0 { -step } else { step };
+        for dx in [first, second] {
+            out.push((dx, near + away));
+            out.push((dx, far - away));
+        }
+    }
+    out
+}
+
+/// The first candidate offset whose box stays inside `area` and clear of `taken` (then taken
+/// too); the best candidate when none is free, so no point goes unlabelled.
+fn place(
+    at: (i32, i32),
+    label: &str,
+    upper: bool,
+    area: &(std::ops::Range<i32>, std::ops::Range<i32>),
+    taken: &mut Vec<PxBox>,
+) -> (i32, i32) {
+    // About 7 px per character at 13 px.
     let width = 7 * i32::try_from(label.chars().count()).unwrap_or(8);
-    if x_share * 420.0 < f64::from(width + 12) {
-        return (7, -16);
-    }
-    // End the label just left of the point.
-    (-8 - width, -16)
+    let boxed = |(dx, dy): (i32, i32)| (at.0 + dx, at.1 + dy, at.0 + dx + width, at.1 + dy + 14);
+    let all = candidates(width, upper);
+    let free = all.into_iter().find(|&off| {
+        let b = boxed(off);
+        let inside =
+            b.0 >= area.0.start && b.2 <= area.0.end && b.1 >= area.1.start && b.3 <= area.1.end;
+        inside
+            && taken
+                .iter()
+                .all(|t| b.2 <= t.0 || t.2 <= b.0 || b.3 <= t.1 || t.3 <= b.1)
+    });
+    let off = free.unwrap_or((7, -18));
+    taken.push(boxed(off));
+    off
 }
 
 fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PhaseTradeoff) -> DrawResult {
@@ -194,6 +249,9 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PhaseTradeo
         ),
         ("static top-k cut".to_string(), STATIC_K, &stat, false),
     ];
+    let area = chart.plotting_area().get_pixel_range();
+    // The legend's corner (lower right) is not free for labels.
+    let mut taken: Vec<PxBox> = vec![(area.0.end - 300, area.1.end - 75, area.0.end, area.1.end)];
     for (name, colour, pts, upper) in series {
         chart
             .draw_series(LineSeries::new(
@@ -206,14 +264,28 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PhaseTradeo
                 PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
             });
         chart
-            .draw_series(pts.iter().skip(1).map(|&(x, y, label)| {
-                EmptyElement::at((x, y))
-                    + Circle::new((0, 0), 4, colour.filled())
-                    + Text::new(
-                        label.to_string(),
-                        label_offset(label, x / x_max, upper),
-                        ("sans-serif", 13),
-                    )
+            .draw_series(
+                pts.iter()
+                    .skip(1)
+                    .map(|&(x, y, _)| Circle::new((x, y), 4, colour.filled())),
+            )
+            .msg()?;
+        let labels: Vec<_> = merged_labels(&pts[1..], x_max)
+            .into_iter()
+            .map(|(x, y, label)| {
+                let off = place(
+                    chart.backend_coord(&(x, y)),
+                    &label,
+                    upper,
+                    &area,
+                    &mut taken,
+                );
+                (x, y, label, off)
+            })
+            .collect();
+        chart
+            .draw_series(labels.into_iter().map(|(x, y, label, off)| {
+                EmptyElement::at((x, y)) + Text::new(label, off, ("sans-serif", 13))
             }))
             .msg()?;
     }
@@ -256,4 +328,44 @@ pub fn drop_tradeoff(path: &Path, tables: &DropTables, file: &str) -> Result<()>
             panels,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coincident_points_share_one_label() {
+        let pts = [
+            (0.0, 0.0, "F=0.25"),
+            (0.5, 0.0, "F=0.50"),
+            (4.4, 0.0, "F=0.75"),
+            (9.5, 46.0, "F=1.00"),
+        ];
+        let got: Vec<String> = merged_labels(&pts, 80.0).into_iter().map(|l| l.2).collect();
+        assert_eq!(got, ["F=0.25/0.50", "F=0.75", "F=1.00"]);
+    }
+
+    #[test]
+    fn labels_avoid_each_other_and_stay_inside() {
+        let area = (0..400, 0..300);
+        let mut taken = Vec::new();
+        // Two points 5 px apart near the left edge: the second label moves off the first.
+        let a = place((10, 200), "F=0.25", true, &area, &mut taken);
+        let b = place((15, 200), "F=0.50", true, &area, &mut taken);
+        assert_eq!(a, (7, -18), "up-left leaves the area, so up-right");
+        assert_ne!(b, a);
+        let (ba, bb) = (taken[0], taken[1]);
+        assert!(
+            ba.2 <= bb.0 || bb.2 <= ba.0 || ba.3 <= bb.1 || bb.3 <= ba.1,
+            "{ba:?} {bb:?}"
+        );
+        assert!(
+            taken
+                .iter()
+                .all(|t| t.0 >= 0 && t.2 <= 400 && t.1 >= 0 && t.3 <= 300)
+        );
+        // A static-cut label prefers down-right.
+        assert_eq!(place((200, 100), "top-5", false, &area, &mut taken), (7, 4));
+    }
 }
