@@ -144,7 +144,14 @@ fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".partial")
-        .tempfile_in(dir)?;
+        .tempfile_in(dir)
+        // tempfile's message names its random file; say which directory failed instead.
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot create a file in {}: {}", dir.display(), e.kind()),
+            )
+        })?;
     tmp.write_all(bytes)?;
     tmp.flush()?;
     // The temporary file is created 0600; the picture is an ordinary data file.
