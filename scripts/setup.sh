@@ -19,16 +19,12 @@ fi
 say "building release binaries (a cold build compiles llama.cpp: a few minutes on 2 cores)"
 cargo build --release --locked --workspace --bins
 
-BIN=target/release
-if [ -x "$BIN/bmoe-cli" ]; then
-  say "running the main job: bmoe-cli streams the tiny synthetic model's experts from disk"
-  "$BIN/bmoe-cli" --moe-stream --cache-mb 2 -p "hello" -n 32 --progress
-else
-  DEMO_DIR="${BMOE_DEMO_DIR:-target/demo}"
-  mkdir -p "$DEMO_DIR"
-  MODEL="$DEMO_DIR/tiny.gguf"
-  say "synthesising the tiny MoE model at $MODEL"
-  "$BIN/bmoe-bench" model synth --preset tiny -o "$MODEL"
-  "$BIN/bmoe-bench" model inspect "$MODEL"
+BIN="${CARGO_TARGET_DIR:-target}/release"
+if [ ! -x "$BIN/bmoe-cli" ]; then
+  echo "error: the build finished but $BIN/bmoe-cli is missing" >&2
+  echo "hint: if CARGO_TARGET_DIR or .cargo/config.toml moves the target dir elsewhere, point CARGO_TARGET_DIR at it and re-run" >&2
+  exit 1
 fi
+say "running the main job: bmoe-cli streams the tiny synthetic model's experts from disk"
+"$BIN/bmoe-cli" --moe-stream --cache-mb 2 -p "hello" -n 32 --progress
 say "done"
