@@ -33,8 +33,14 @@ pub struct Cli {
         value_name = "N"
     )]
     pub n_predict: i64,
-    /// Compute threads (the default is 4, capped at the number of CPUs)
-    #[arg(short = 't', long = "threads", default_value_t = default_threads(), value_name = "N")]
+    /// Compute threads (default: 4, capped at the number of CPUs)
+    #[arg(
+        short = 't',
+        long = "threads",
+        default_value_t = default_threads(),
+        hide_default_value = true,
+        value_name = "N"
+    )]
     pub threads: i64,
     /// Context size in tokens (the prompt is prefilled as one batch of up to this size)
     #[arg(
@@ -59,9 +65,9 @@ pub struct Cli {
     /// Top-p (sampling only)
     #[arg(long = "top-p", default_value_t = 0.95, value_name = "P")]
     pub top_p: f32,
-    /// Sampling seed (default: random)
-    #[arg(long = "seed", default_value_t = u32::MAX, value_name = "N")]
-    pub seed: u32,
+    /// Sampling seed, 0..=4294967294 (default: a random one, recorded in the --csv preamble)
+    #[arg(long = "seed", value_name = "N")]
+    pub seed: Option<u32>,
     /// Never end at an end-of-generation token: every turn runs to -n / n_predict (benchmarks,
     /// tests); end-of-generation tokens are removed from the choice
     #[arg(long = "ignore-eos")]
@@ -371,11 +377,23 @@ impl Cli {
                     "1.0 disables top-p",
                 ));
             }
+            let seed = match self.seed {
+                // llama.cpp reads u32::MAX as "draw a seed of your own", which no record could
+                // name: the run would not be reproducible
+                Some(u32::MAX) => {
+                    return Err(err(
+                        format!("--seed must be below {} (got {})", u32::MAX, u32::MAX),
+                        "that value means 'random' to llama.cpp; omit --seed for a random seed",
+                    ));
+                }
+                Some(seed) => seed,
+                None => random_seed(),
+            };
             Sampling::Sample {
                 temp: self.temp,
                 top_k: i32::try_from(self.top_k).unwrap_or(i32::MAX),
                 top_p: self.top_p,
-                seed: self.seed,
+                seed,
             }
         } else if self.temp.is_nan() {
             return Err(err(
@@ -547,6 +565,22 @@ pub fn default_threads() -> i64 {
     cpus.clamp(1, 4) as i64
 }
 
+/// A seed for a sampled run given no `--seed`: drawn here, not by llama.cpp, so the run can
+/// record it (the `--csv` preamble's `seed=`) and `--seed` can reproduce it. Never `u32::MAX`,
+/// which llama.cpp would replace with a draw of its own.
+pub fn random_seed() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    // `RandomState` is keyed from the OS's random source; the clock and pid add per-call change
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(now);
+    h.write_u32(std::process::id());
+    let x = h.finish();
+    ((x ^ (x >> 32)) as u32) % u32::MAX
+}
+
 fn positive(flag: &str, v: i64, hint: &str) -> Result<(), ConfigError> {
     if v > 0 {
         Ok(())
@@ -641,6 +675,39 @@ mod tests {
         assert!(e(&["-m", "x", "--decide"]).contains("--session"));
         assert!(e(&["-m", "x", "--decide-state-max-mib", "4"]).contains("--decide"));
         assert!(e(&["-m", "x", "--session", "--decide-state-max-mib", "4"]).contains("--decide"));
+    }
+
+    #[test]
+    fn sampling_seed_is_resolved_never_left_to_llama_cpp() {
+        let seed = |extra: &[&str]| {
+            let mut a = vec!["-m", "x", "--temp", "0.8"];
+            a.extend_from_slice(extra);
+            match parse(&a).unwrap().sampling {
+                Sampling::Sample { seed, .. } => seed,
+                Sampling::Greedy => panic!("--temp 0.8 samples"),
+            }
+        };
+        assert_eq!(seed(&["--seed", "42"]), 42);
+        assert_eq!(seed(&["--seed", "0"]), 0);
+        // no --seed: a concrete seed is drawn (never llama.cpp's "random" sentinel), and two
+        // draws differ (a fixed fallback would make every "random" run the same)
+        let draws: Vec<u32> = (0..4).map(|_| seed(&[])).collect();
+        assert!(draws.iter().all(|&s| s != u32::MAX), "{draws:?}");
+        assert!(draws.windows(2).any(|w| w[0] != w[1]), "{draws:?}");
+        let e = parse(&["-m", "x", "--temp", "0.8", "--seed", "4294967295"]).unwrap_err();
+        assert!(e.message.contains("--seed") && !e.hint.is_empty(), "{e:?}");
+    }
+
+    #[test]
+    fn help_states_one_default_per_flag() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        for flag in ["--seed <N>", "--threads <N>"] {
+            let at = help.find(flag).expect("flag in --help");
+            let end = help[at..].find("\n\n").map_or(help.len(), |e| at + e);
+            let text = &help[at..end];
+            assert_eq!(text.matches("default").count(), 1, "{text}");
+        }
     }
 
     #[test]

@@ -172,6 +172,12 @@ pub struct ResolvedRun {
     pub dense_weights: crate::config::DenseWeights,
 }
 
+/// `x` as the f64 nearest its shortest decimal form, so the preamble prints `0.8` as typed, not
+/// the f32's binary expansion `0.800000011920929`.
+fn as_typed(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
+}
+
 /// The preamble: every seed key, holding the resolved configuration (features of later issues
 /// written as off).
 pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
@@ -186,9 +192,9 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
             top_p,
             seed,
         } => (
-            f64::from(temp),
+            as_typed(temp),
             u64::try_from(top_k).unwrap_or(0),
-            f64::from(top_p),
+            as_typed(top_p),
             u64::from(seed),
         ),
     };

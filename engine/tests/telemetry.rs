@@ -478,3 +478,48 @@ fn auto_cache_inside_a_memory_cgroup_stays_below_its_limit() {
     let mode = PerfReport::parse(&stdout).mode.unwrap().to_string();
     assert!(mode.contains("cache auto"), "{mode}");
 }
+
+/// The tokens a run generated, from its `--dump-logits-hash` lines (`token=<id>` per step).
+fn tokens(stderr: &str) -> Vec<String> {
+    logits(stderr)
+        .iter()
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("token=")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn sampled_run_records_its_seed_and_the_seed_reproduces_it() {
+    let m = &models().tiny;
+    let sampled = ["--temp", "0.8", "--ignore-eos", "--dump-logits-hash"];
+    let first = csv_path("seed-drawn.csv");
+    let mut args = sampled.to_vec();
+    args.extend(["--csv", first.to_str().unwrap()]);
+    let (_, err1) = ok(&run(&m.path, &args), "sampled run without --seed");
+    let text = std::fs::read_to_string(&first).unwrap();
+    // the preamble prints the floats as typed, not their f32 binary expansion
+    assert!(
+        text.contains("# temp=0.8 top_k=40 top_p=0.95 seed="),
+        "{text}"
+    );
+    let seed = MetricsFile::read(&first).unwrap().info.seed.expect("seed=");
+    assert_ne!(
+        seed,
+        u64::from(u32::MAX),
+        "the seed llama.cpp drew is not recorded"
+    );
+    let drawn = tokens(&err1);
+    assert_eq!(drawn.len(), 12, "{err1}");
+
+    let again = csv_path("seed-given.csv");
+    let seed_arg = seed.to_string();
+    let mut args = sampled.to_vec();
+    args.extend(["--seed", &seed_arg, "--csv", again.to_str().unwrap()]);
+    let (_, err2) = ok(&run(&m.path, &args), "re-run with the recorded --seed");
+    assert_eq!(
+        tokens(&err2),
+        drawn,
+        "--seed {seed} did not reproduce the run"
+    );
+    assert_eq!(MetricsFile::read(&again).unwrap().info.seed, Some(seed));
+}
