@@ -317,6 +317,9 @@ pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
     }
     let model = Model::load(&cfg.model, &model_opts)
         .map_err(|e| fail(e, "set BMOE_LLAMA_LOG=1 to see llama.cpp's reason"))?;
+    // a model file cut under the mapping ends in an error, not a silent SIGBUS (docs/engine.md)
+    crate::vm::sigbus::install(&facts.index.shards, cfg.session);
+    crate::vm::sigbus::truncate_if_testing(&cfg.model).map_err(|e| fail(e, "test hook"))?;
     if let Ok(replacement) = std::env::var(TEST_REPLACE_ENV) {
         std::fs::rename(&replacement, &cfg.model)
             .map_err(|e| fail(format!("{TEST_REPLACE_ENV}: {e}"), "test hook"))?;

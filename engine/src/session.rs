@@ -271,6 +271,7 @@ pub fn serve_from(
                     engine.clear_abort();
                 }
                 let id = work.id();
+                crate::vm::sigbus::set_request(id);
                 let result = match &work {
                     Work::Generate(g) => {
                         generate(&mut engine, &mut conv, cfg, g, out, note, &cancelled)

@@ -6,6 +6,8 @@
 //! place and drops them with `MADV_DONTNEED`. Every operation checks that its range lies inside
 //! a span the arena remapped, so a bad offset can never scribble over foreign memory.
 
+pub mod sigbus;
+
 use crate::ffi::WeightRef;
 use std::fs::File;
 use std::io;
