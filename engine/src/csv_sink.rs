@@ -91,7 +91,7 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push_f64(k::S_PER_TOK, s_tok, 3);
     t.push_f64(k::TOK_S, per_second(s.n_gen as f64, s.decode_s), 3);
     let st = s.stream.unwrap_or_default();
-    let (io_tok, mgmt_tok) = (st.io_s / n, st.mgmt_s / n);
+    let (io_tok, mgmt_tok) = (st.io_s / n, s.mgmt_s() / n);
     t.push_f64(k::READ_MIB, mib(st.read_bytes), 1);
     t.push_f64(k::IO_S, st.io_s, 2);
     t.push_f64(
@@ -427,6 +427,8 @@ mod tests {
                 token_demand_bytes: 3 << 20,
                 layer_demand_bytes: 1 << 20,
             }),
+            // a dense probe's time is cache management: in mgmt_s/tok, out of compute_s/tok
+            probe_s: 0.002,
         };
         sink.write_summary(&trailer(&summary, &TrailerContext::default()))
             .unwrap();
@@ -442,7 +444,8 @@ mod tests {
         assert_eq!(f.info.cache_mb, Some(2));
         let t = &f.summaries[0];
         assert_eq!(t.get_f64("read_MiB"), Some(1.0));
-        assert_eq!(t.get_f64("compute_s/tok"), Some(0.005));
+        assert_eq!(t.get_f64("compute_s/tok"), Some(0.003));
+        assert_eq!(t.get_f64("mgmt_s/tok"), Some(0.003));
         assert_eq!(t.get_f64("majflt/tok"), Some(3.0));
         assert_eq!(t.get_u64("n_prompt"), Some(4));
         assert_eq!(t.get_f64("token_demand_MiB"), Some(3.0));

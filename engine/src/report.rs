@@ -171,6 +171,16 @@ pub struct RunSummary {
     pub load_s: f64,
     /// Streaming figures (generation deltas), when streaming.
     pub stream: Option<StreamSummary>,
+    /// Σ dense-residency probe time during generation (s): part of the cache management time.
+    pub probe_s: f64,
+}
+
+impl RunSummary {
+    /// Σ cache management during generation (s): the streamer's plus the dense-residency
+    /// probes' (the seed's `mgmt_ms` "plus the throttled dense-residency probe").
+    pub fn mgmt_s(&self) -> f64 {
+        self.stream.map_or(0.0, |st| st.mgmt_s) + self.probe_s
+    }
 }
 
 /// The generation's streaming figures.
@@ -251,7 +261,7 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
     if let Some(st) = &s.stream {
         let read_mib = st.read_bytes as f64 / MIB;
         let io_s = st.io_s / n;
-        let mgmt_s = st.mgmt_s / n;
+        let mgmt_s = s.mgmt_s() / n;
         out.push(
             MoeStream {
                 read_mib,
@@ -361,6 +371,8 @@ mod tests {
                 token_demand_bytes: 0,
                 layer_demand_bytes: 0,
             }),
+            // the dense probes count as cache management (0.2 + 0.2 s over 4 tokens)
+            probe_s: 0.2,
         };
         let lines = summary_lines(&s, &streaming(2, false, Mmap));
         assert_eq!(
@@ -378,7 +390,7 @@ mod tests {
         );
         assert_eq!(
             lines[4],
-            "moe-stream: read 8.0 MiB (2.00 MiB/token), decode 0.500 s/token (compute 0.200 + cache mgmt 0.050 + flash I/O 0.250 s/token, 8 MiB/s)"
+            "moe-stream: read 8.0 MiB (2.00 MiB/token), decode 0.500 s/token (compute 0.150 + cache mgmt 0.100 + flash I/O 0.250 s/token, 8 MiB/s)"
         );
         assert_eq!(lines[5], "moe-cache: 25.0% hit, resident 2.0 MiB");
         assert!(lines[6].starts_with("moe-cache: 3 evictions, 2 re-reads (0.5/token)"));

@@ -1084,6 +1084,10 @@ impl<'m> Engine<'m> {
             let mut batch = [tok];
             begin_trace(&mut self.ctx, turn.turn, false, pos, 1);
             let r = self.ctx.decode(&mut batch);
+            // the throttled dense-residency probe is this token's cache management (the seed's
+            // mgmt_ms): timed inside the token's bracket, so the wall − io − mgmt residual stays
+            // the compute and the next token's loop_overhead_ms does not carry it
+            let (dense_resident_frac, probe_ms) = self.probe.sample(step);
             let wall = t0.elapsed();
             last_end = Instant::now();
             let p1 = process_sample();
@@ -1129,14 +1133,13 @@ impl<'m> Engine<'m> {
                 steps: turn.n_predict,
                 wall_ms: wall.as_secs_f64() * 1e3,
                 io_ms: d.io_ns as f64 / 1e6,
-                mgmt_ms: d.mgmt_ns as f64 / 1e6,
+                mgmt_ms: d.mgmt_ns as f64 / 1e6 + probe_ms,
                 stall_ms: 0.0,
                 read_bytes: d.read_bytes,
                 cache_hit_pct: hit,
                 majflt: p1.majflt.saturating_sub(p0.majflt),
                 cpu_ms: p1.cpu_ns.saturating_sub(p0.cpu_ns) as f64 / 1e6,
-                // probed outside the decode bracket: its cost lands in loop_overhead_ms
-                dense_resident_frac: self.probe.sample(step).0,
+                dense_resident_frac,
                 compute_ms: 0.0,
             }
             .with_residual();
@@ -1157,6 +1160,7 @@ impl<'m> Engine<'m> {
             summary.n_gen += 1;
             summary.decode_s += wall.as_secs_f64();
             summary.cpu_s += row.cpu_ms / 1e3;
+            summary.probe_s += probe_ms / 1e3;
             summary.majflt += row.majflt;
             // the next token is picked before this one's line goes out, so the last line of the
             // turn is known as such and releases everything held back (an incomplete character,

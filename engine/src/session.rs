@@ -548,7 +548,7 @@ fn done_record(engine: &Engine<'_>, id: i64, g: &Generation, n_past: usize) -> D
     let s_tok = s.decode_s / n;
     let st = s.stream.unwrap_or_default();
     let io_tok = st.io_s / n;
-    let mgmt_tok = st.mgmt_s / n;
+    let mgmt_tok = s.mgmt_s() / n;
     Done {
         id,
         cancelled: g.cancelled,

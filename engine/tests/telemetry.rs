@@ -523,3 +523,40 @@ fn sampled_run_records_its_seed_and_the_seed_reproduces_it() {
     );
     assert_eq!(MetricsFile::read(&again).unwrap().info.seed, Some(seed));
 }
+
+#[test]
+fn dense_probe_time_counts_as_cache_management() {
+    // a plain run: the streamer manages nothing, so a row's mgmt_ms is the dense probe alone
+    let m = &models().tiny;
+    let path = csv_path("probe-mgmt.csv");
+    let out = run(&m.path, &["--ignore-eos", "--csv", path.to_str().unwrap()]);
+    ok(&out, "plain run with --csv");
+    let f = MetricsFile::read(&path).unwrap();
+    assert_eq!(f.rows.len(), 12);
+    for r in &f.rows {
+        let step = r.step.unwrap();
+        let mgmt = r.mgmt_ms.unwrap();
+        // probed on tokens 1, 9, … (every 8th): those rows carry its time, the rest none
+        if (step - 1) % 8 == 0 {
+            assert!(r.dense_resident_frac.unwrap() >= 0.0, "step {step} probed");
+            assert!(
+                mgmt > 0.0,
+                "step {step}: the probe's time is not in mgmt_ms"
+            );
+            let wall = r.wall_ms.unwrap();
+            assert!(
+                mgmt <= wall,
+                "step {step}: mgmt {mgmt} ms outside wall {wall} ms"
+            );
+        } else {
+            assert_eq!(mgmt, 0.0, "step {step}");
+        }
+    }
+    let probed: f64 = f.rows.iter().map(|r| r.mgmt_ms.unwrap()).sum();
+    let trailer = f.summaries[0].get_f64("mgmt_s/tok").unwrap();
+    // the trailer's mean over 12 tokens, at its 3 decimals
+    assert!(
+        (trailer - probed / 1e3 / 12.0).abs() <= 0.0005,
+        "{trailer} vs {probed} ms"
+    );
+}
