@@ -727,3 +727,42 @@ fn ignore_eos_runs_every_turn_to_n_predict() {
     let out = run(m, &["--ignore-eos"]);
     assert_eq!(generated(&out), 12);
 }
+
+/// A model file truncated in place under the mapping (the default `--dense-weights mmap`) used
+/// to kill the process with SIGBUS and no word; now it is an error naming the file, with a hint.
+#[test]
+fn model_truncated_in_place_after_load_is_an_error_not_a_silent_sigbus() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    for (name, extra) in [
+        ("plain.gguf", &[][..]),
+        ("streamed.gguf", &["--moe-stream", "--cache-mb", "0"][..]),
+    ] {
+        let model = dir.path().join(name);
+        std::fs::copy(&models().q8, &model).expect("copy");
+        let out = cli()
+            // right after the load, the file is cut in place to its first 9000 bytes
+            .env("BMOE_TEST_TRUNCATE_AFTER_LOAD", "9000")
+            .arg("-m")
+            .arg(&model)
+            .args(["-p", PROMPT, "-n", "4", "-t", "2", "-c", "256"])
+            .args(extra)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            std::fs::metadata(&model).expect("stat").len(),
+            9000,
+            "the hook truncated in place"
+        );
+        assert_eq!(out.status.code(), Some(1), "{extra:?} stderr:\n{err}");
+        assert!(
+            err.contains(
+                "error: a page of the memory-mapped model could not be read (SIGBUS at 0x"
+            ) && err.contains(&format!("{name} was truncated or changed while in use")),
+            "{extra:?}: {err}"
+        );
+        assert!(err.contains("\nhint: "), "{extra:?}: {err}");
+        assert!(!stdout.contains("generation:"), "{extra:?}: {stdout}");
+    }
+}

@@ -943,3 +943,42 @@ fn a_read_error_mid_session_is_fatal_and_ends_the_process() {
         "nothing is served after the fatal error:\n{stdout}"
     );
 }
+
+#[test]
+fn a_model_truncated_in_place_mid_session_ends_it_with_a_fatal_error() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let model = dir.path().join("cut-live.gguf");
+    std::fs::copy(&models().tiny, &model).unwrap();
+    let mut s = Session::start_on(&model, &[]);
+    s.ready();
+    s.send(&generate(1, "before the cut", 4, true));
+    s.done(1);
+    // cut in place while the session is idle: the mapping stays, its pages past 9000 bytes are
+    // gone, and the next decode touches them (SIGBUS, which used to kill the process silently)
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&model)
+        .unwrap()
+        .set_len(9000)
+        .unwrap();
+    s.send(&generate(2, "after the cut", 4, false));
+    let e = match s.finish() {
+        Record::Error(e) => e,
+        other => panic!("expected a fatal BMOE_ERROR, got {other:?}"),
+    };
+    assert!(e.fatal && e.id == 2, "{e:?}");
+    assert!(
+        e.msg.contains("SIGBUS at 0x")
+            && e.msg
+                .contains("cut-live.gguf was truncated or changed while in use")
+            && e.msg.contains("; hint: "),
+        "{e:?}"
+    );
+    let (status, rest, stderr) = s.end();
+    assert_eq!(status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(rest.is_empty(), "nothing after the fatal error: {rest:?}");
+    assert!(
+        stderr.contains("cut-live.gguf was truncated") && stderr.contains("\nhint: "),
+        "{stderr}"
+    );
+}
