@@ -79,6 +79,8 @@ pub struct TrailerContext {
     pub prefill_io_s: f64,
     /// Cache management during the prefill, s.
     pub prefill_mgmt_s: f64,
+    /// The turn was cancelled: the trailer appends `cancelled=1` (absent otherwise).
+    pub cancelled: bool,
 }
 
 /// The `# summary` trailer: every key that applies to a plain or streamed run.
@@ -138,6 +140,10 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push_f64("prefill_mgmt_s", c.prefill_mgmt_s, 3);
     if let Some(u) = c.cgroup_usage_bytes {
         t.push_f64("cgroup_usage_MiB", mib(u), 1);
+    }
+    // an appended key (older parsers ignore it): the figures above cover a partial turn
+    if c.cancelled {
+        t.push("cancelled", "1");
     }
     t
 }

@@ -1029,6 +1029,17 @@ impl<'m> Engine<'m> {
                     load_s: self.load_s,
                     ..Default::default()
                 };
+                g.trailer = TrailerContext {
+                    cache_budget_mib,
+                    cancelled: true,
+                    ..Default::default()
+                };
+                // the turn took a turn number: its trailer says it ended before any token
+                if let Some(sink) = self.csv.as_mut()
+                    && let Err(e) = sink.write_summary(&trailer(&g.summary, &g.trailer))
+                {
+                    let _ = writeln!(note, "bmoe: warning: {e}");
+                }
                 return Ok(g);
             }
             return Err(decode_error(e, read_err, "prefill decode"));
@@ -1219,6 +1230,7 @@ impl<'m> Engine<'m> {
         tctx.cgroup_usage_bytes = cgroup_memory()
             .filter(|c| c.limit.is_some())
             .map(|c| c.usage);
+        tctx.cancelled = g.cancelled;
         if let Some(sink) = self.csv.as_mut()
             && let Err(e) = sink.write_summary(&trailer(&summary, &tctx))
         {

@@ -982,3 +982,72 @@ fn a_model_truncated_in_place_mid_session_ends_it_with_a_fatal_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_cancelled_turns_csv_trailer_says_so() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let csv = dir.path().join("cancel.csv");
+    let mut s = Session::start(&[
+        "-c",
+        "4096",
+        "--feed-random",
+        "7",
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    s.ready();
+    // turn 0: cancelled mid-generation
+    s.send(&generate(1, "a long answer please", 4000, true));
+    loop {
+        if let Record::Progress(p) = s.next()
+            && p.step >= 2
+        {
+            break;
+        }
+    }
+    s.send(r#"{"cmd":"cancel"}"#);
+    let d1 = s.done(1);
+    assert!(d1.cancelled, "{d1:?}");
+    // turn 1: cancelled during its (long) prefill
+    let prompt: String = (0..400).map(|i| format!("w{i} ")).collect();
+    s.send(&generate(2, &prompt, 2, true));
+    match s.next() {
+        Record::Begin(b) => assert_eq!(b.id, 2),
+        other => panic!("expected BMOE_BEGIN, got {other:?}"),
+    }
+    s.send(r#"{"cmd":"cancel"}"#);
+    let d2 = s.done(2);
+    assert!(d2.cancelled && d2.tokens == 0, "{d2:?}");
+    // turn 2: runs to the end
+    s.send(&generate(3, "short", 3, true));
+    let d3 = s.done(3);
+    assert!(!d3.cancelled, "{d3:?}");
+    let (status, _, _) = s.end();
+    assert!(status.success());
+
+    let file = MetricsFile::read(&csv).expect("the session CSV parses");
+    let t = &file.summaries;
+    // a cancel that lands between BMOE_BEGIN and the prefill's start stops turn 1 before it
+    // takes a turn number (nothing ran, so no trailer); otherwise it has one with tokens=0
+    assert!(
+        t.len() == 3 || t.len() == 2,
+        "one trailer per started turn: {}",
+        t.len()
+    );
+    assert_eq!(t[0].get("cancelled"), Some("1"));
+    assert_eq!(t[0].get("tokens"), Some(d1.tokens.to_string().as_str()));
+    if t.len() == 3 {
+        assert_eq!(t[1].get("cancelled"), Some("1"));
+        assert_eq!(t[1].get("tokens"), Some("0"));
+    }
+    let last = t.last().unwrap();
+    assert_eq!(
+        last.get("cancelled"),
+        None,
+        "a finished turn has no cancelled key"
+    );
+    assert_eq!(last.get("tokens"), Some("3"));
+    // the trailers and the turn numbers stay one-to-one: the last turn's rows carry its index
+    let last_turn = file.rows.last().unwrap().turn.unwrap();
+    assert_eq!(last_turn, t.len() as u64 - 1);
+}
