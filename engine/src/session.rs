@@ -583,7 +583,8 @@ fn done_record(engine: &Engine<'_>, id: i64, g: &Generation, n_past: usize) -> D
         n_past: n_past as u64,
         compute_s_tok: round_to((s_tok - io_tok - mgmt_tok).max(0.0), 4),
         io_s_tok: round_to(io_tok, 4),
-        cache_resident_mib: round_to(st.resident_bytes as f64 / MIB, 0),
+        // at the trailer's cache_resident_MiB precision: the cache rarely holds whole MiB
+        cache_resident_mib: round_to(st.resident_bytes as f64 / MIB, 1),
         cache_budget_mib: round_to(engine.cache_budget_mib(), 0),
         read_mib: round_to(st.read_bytes as f64 / MIB, 1),
         stall_s_tok: 0.0,

@@ -1051,3 +1051,28 @@ fn a_cancelled_turns_csv_trailer_says_so() {
     let last_turn = file.rows.last().unwrap().turn.unwrap();
     assert_eq!(last_turn, t.len() as u64 - 1);
 }
+
+#[test]
+fn done_reports_the_cache_residency_the_trailer_does() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let csv = dir.path().join("resident.csv");
+    let mut s = Session::start(&[
+        "--moe-stream",
+        "--cache-mb",
+        "64",
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    s.ready();
+    s.send(&generate(1, "hello there", 6, true));
+    let d = s.done(1);
+    let (status, _, _) = s.end();
+    assert!(status.success());
+    let file = MetricsFile::read(&csv).expect("the session CSV parses");
+    let trailer = file.summaries[0]
+        .get_f64("cache_resident_MiB")
+        .expect("cache_resident_MiB");
+    assert!(trailer > 0.0, "the cache holds the routed experts");
+    // the same figure at the same precision (one decimal), not a whole-MiB rounding of it
+    assert_eq!(d.cache_resident_mib, trailer, "{d:?}");
+}
