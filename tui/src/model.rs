@@ -67,6 +67,44 @@ impl TokenSample {
     pub fn is_follower(&self) -> bool {
         self.wall_ms <= 0.0 && self.io_ms <= 0.0 && self.cpu_ms <= 0.0
     }
+
+    /// This row's cost per token it confirmed. A speculative verify decode charges its whole
+    /// cost to the group's first row (the rest carry zeros), and the contract's per-token cost of
+    /// a group is that row's figures divided by `mtp_batch`: every per-token figure the panel
+    /// shows for one row must come from here, never from the raw group totals.
+    pub fn per_token(&self) -> PerToken {
+        let k = self.mtp_batch.max(1) as f64;
+        let per = |x: f64| if x.is_finite() { x / k } else { 0.0 };
+        PerToken {
+            wall_ms: per(self.wall_ms),
+            io_ms: per(self.io_ms),
+            stall_ms: per(self.stall_ms),
+            mgmt_ms: per(self.mgmt_ms),
+            cpu_ms: per(self.cpu_ms),
+            read_mib: per(self.read_mib),
+            majflt: per(self.majflt as f64),
+        }
+    }
+}
+
+/// One row's cost per confirmed token ([`TokenSample::per_token`]): the row's figures divided by
+/// its `mtp_batch`; identical to the row without speculation.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PerToken {
+    /// Decode wall time per token, ms.
+    pub wall_ms: f64,
+    /// Flash read time per token, ms (lane-busy sum under overlap).
+    pub io_ms: f64,
+    /// Overlap stall per token, ms.
+    pub stall_ms: f64,
+    /// Cache management per token, ms.
+    pub mgmt_ms: f64,
+    /// Process CPU per token, ms.
+    pub cpu_ms: f64,
+    /// Flash bytes read per token, MiB.
+    pub read_mib: f64,
+    /// Major faults per token (fractional when a group's count does not divide evenly).
+    pub majflt: f64,
 }
 
 /// The memory columns of a metrics CSV row, MiB.

@@ -10,7 +10,7 @@ use crate::figures::{self, Bars};
 use bmoe_telemetry::deltas::TextAccumulator;
 use bmoe_telemetry::protocol::Done;
 
-use crate::model::{Event, Memory, RunConfig, RunSummary, TextDelta, TokenSample};
+use crate::model::{Event, Memory, PerToken, RunConfig, RunSummary, TextDelta, TokenSample};
 use crate::session::{Composer, SessionEvent, SessionLog, Submitted};
 use bmoe_telemetry::protocol::Request;
 
@@ -200,9 +200,9 @@ impl RunState {
         if s.stall_ms > 0.0 || (s.wall_ms > 0.0 && s.io_ms > s.wall_ms * 1.05) {
             self.overlap_evidence = true;
         }
-        let batch = s.mtp_batch.max(1) as f64;
-        self.wall_hist.push(fin(s.wall_ms) / batch);
-        self.read_hist.push(fin(s.read_mib) / batch);
+        let per = s.per_token();
+        self.wall_hist.push(per.wall_ms);
+        self.read_hist.push(per.read_mib);
         self.last = Some(s.clone());
     }
 
@@ -227,17 +227,22 @@ impl RunState {
 
     /// Bars of the last token, per token of its group.
     pub fn live_bars(&self) -> Option<Bars> {
-        let s = self.last.as_ref()?;
-        let k = s.mtp_batch.max(1) as f64;
+        let s = self.live()?;
         Some(Bars::new(
-            s.wall_ms / k,
-            s.cpu_ms / k,
+            s.wall_ms,
+            s.cpu_ms,
             self.config.threads(),
-            s.io_ms / k,
-            s.stall_ms / k,
-            s.mgmt_ms / k,
+            s.io_ms,
+            s.stall_ms,
+            s.mgmt_ms,
             self.overlap().0,
         ))
+    }
+
+    /// The last timed row's figures per token of its speculative group (the contract's
+    /// `÷ mtp_batch`): what every "live" figure of the panel reads.
+    pub fn live(&self) -> Option<PerToken> {
+        self.last.as_ref().map(TokenSample::per_token)
     }
 
     /// Run-average bars: from the summary's per-token means when it has them, else from the row
@@ -774,6 +779,64 @@ mod tests {
         let b = r.live_bars().unwrap();
         assert!((b.wall_ms - 100.0).abs() < 1e-9);
         assert!((b.compute_ms.unwrap() - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn every_live_figure_of_a_speculative_group_is_per_token() {
+        // The synthetic file's row 20: a verify decode that confirmed 2 tokens carries the
+        // group's whole cost; the contract's per-token cost is each figure / mtp_batch.
+        let mut r = RunState::new(cfg(&[("threads", "4"), ("overlap", "1")]));
+        let group = TokenSample {
+            step: 20,
+            steps: 40,
+            wall_ms: 336.0,
+            io_ms: 202.0,
+            stall_ms: 34.0,
+            mgmt_ms: 16.8,
+            cpu_ms: 1008.0,
+            read_mib: 30.8,
+            majflt: 10,
+            mtp_batch: 2,
+            ..TokenSample::default()
+        };
+        r.apply(&Event::Token(Box::new(group), None));
+        let l = r.live().unwrap();
+        let want = PerToken {
+            wall_ms: 168.0,
+            io_ms: 101.0,
+            stall_ms: 17.0,
+            mgmt_ms: 8.4,
+            cpu_ms: 504.0,
+            read_mib: 15.4,
+            majflt: 5.0,
+        };
+        for (got, want, what) in [
+            (l.wall_ms, want.wall_ms, "wall"),
+            (l.io_ms, want.io_ms, "io"),
+            (l.stall_ms, want.stall_ms, "stall"),
+            (l.mgmt_ms, want.mgmt_ms, "mgmt"),
+            (l.cpu_ms, want.cpu_ms, "cpu"),
+            (l.read_mib, want.read_mib, "read MiB"),
+            (l.majflt, want.majflt, "majflt"),
+        ] {
+            assert!((got - want).abs() < 1e-9, "{what}: {got} != {want}");
+        }
+        // The sparklines and the bars read the same per-token figures.
+        assert_eq!(r.wall_hist, vec![168.0]);
+        assert!((r.read_hist[0] - 15.4).abs() < 1e-9);
+        let b = r.live_bars().unwrap();
+        assert!((b.flash_ms - 17.0).abs() < 1e-9);
+        assert!((b.compute_ms.unwrap() - 126.0).abs() < 1e-9);
+        // 2 tokens over 336 ms
+        assert!((r.live_tok_s().unwrap() - 2000.0 / 336.0).abs() < 1e-9);
+        // A group whose fault count does not divide evenly keeps the fraction.
+        let odd = TokenSample {
+            majflt: 17,
+            wall_ms: 1.0,
+            mtp_batch: 2,
+            ..TokenSample::default()
+        };
+        assert!((odd.per_token().majflt - 8.5).abs() < 1e-9);
     }
 
     #[test]

@@ -595,8 +595,8 @@ fn diag_line(run: &RunState, theme: &Theme, avg: bool) -> Line<'static> {
         let faults = s.and_then(|s| s.majflt_tok).unwrap_or(t.majflt as f64 / n);
         (cpu, wall, Some(faults))
     } else {
-        match &run.last {
-            Some(l) => (l.cpu_ms, l.wall_ms, Some(l.majflt as f64)),
+        match run.live() {
+            Some(l) => (l.cpu_ms, l.wall_ms, Some(l.majflt)),
             None => (0.0, 0.0, None),
         }
     };
@@ -615,8 +615,11 @@ fn diag_line(run: &RunState, theme: &Theme, avg: bool) -> Line<'static> {
             " · majflt {}",
             if avg {
                 format!("{fl:.1}/tok")
-            } else {
+            } else if fl.fract() == 0.0 {
                 format!("{fl:.0}")
+            } else {
+                // A speculative group's count split over its tokens need not be whole.
+                format!("{fl:.1}")
             }
         )));
     }
@@ -674,7 +677,7 @@ fn flash_line(run: &RunState, theme: &Theme, avg: bool) -> Line<'static> {
             .map_or(t.stall_ms / n, |x| x * 1000.0);
         (read, io, stall)
     } else {
-        match &run.last {
+        match run.live() {
             Some(l) => (l.read_mib, l.io_ms, l.stall_ms),
             None => (0.0, 0.0, 0.0),
         }

@@ -626,3 +626,72 @@ fn instrumented_or_stochastic_runs_are_labelled_not_a_benchmark() {
         "{screen}"
     );
 }
+
+#[test]
+fn speculated_group_figures_are_per_token_on_screen() {
+    // A verify decode that confirmed 2 tokens charges the group's whole cost to its first row
+    // (the second carries zeros); every figure the frame shows for it is that cost / 2.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mtp.csv");
+    let info = RunInfo {
+        version: Some(2),
+        threads: Some(4),
+        io_threads: Some(4),
+        moe_stream: Some(true),
+        overlap: Some(true),
+        spec: Some("mtp".into()),
+        ..RunInfo::default()
+    };
+    let mut w = MetricsWriter::create(&path, &info).unwrap();
+    let row = |step: u64, scale: f64, batch: u64, majflt: u64| TokenRow {
+        step: Some(step),
+        steps: Some(8),
+        wall_ms: Some(336.0 * scale),
+        io_ms: Some(202.0 * scale),
+        compute_ms: Some(100.0 * scale),
+        read_bytes: Some((30.8 * scale * 1024.0 * 1024.0) as u64),
+        cache_hit_pct: Some(70.0),
+        stall_ms: Some(34.0 * scale),
+        mgmt_ms: Some(16.8 * scale),
+        majflt: Some(majflt),
+        cpu_ms: Some(1008.0 * scale),
+        dense_resident_frac: Some(0.9),
+        turn: Some(0),
+        mtp_batch: Some(batch),
+        ..TokenRow::default()
+    };
+    w.write_row(&row(1, 0.5, 1, 5)).unwrap();
+    w.write_row(&row(2, 1.0, 2, 10)).unwrap();
+    w.write_row(&row(3, 0.0, 1, 0)).unwrap();
+    drop(w);
+    let mut app = App::new(SourceKind::Replay, "replay mtp.csv", RunConfig::default());
+    for e in replay::load(&path).unwrap() {
+        app.push(e);
+    }
+    // Token 1 is an unspeculated row with exactly the per-token cost of the group that follows:
+    // the two frames must show the same per-token figures.
+    app.seek_tokens(1);
+    let single = render(&app, 100, 30);
+    app.seek_tokens(2);
+    let group = render(&app, 100, 30);
+    for screen in [&single, &group] {
+        assert!(screen.contains("flash 15.4 MiB/tok"), "{screen}");
+        assert!(screen.contains("stall 17 ms"), "{screen}");
+        assert!(screen.contains("lanes busy 101 ms"), "{screen}");
+        assert!(screen.contains("majflt 5\n"), "{screen}");
+        assert!(screen.contains("5.95 tok/s (168 ms) live"), "{screen}");
+        assert!(screen.contains("last 168"), "{screen}");
+        assert!(screen.contains("last 15"), "{screen}");
+    }
+    let bars = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| {
+                ["compute", "flash wait", "cache mgmt", "unattrib."]
+                    .iter()
+                    .any(|b| l.contains(b))
+            })
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(bars(&single), bars(&group));
+}
