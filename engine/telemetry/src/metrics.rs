@@ -390,6 +390,71 @@ run_info! {
     ]
 }
 
+/// How an instrumented run perturbed what it measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instrumentation {
+    /// A trace was written (route, I/O or compute trace).
+    Traced,
+    /// The predictor was probed or prefetches made synchronous.
+    Probed,
+}
+
+impl Instrumentation {
+    /// `traced` or `probed`, as the tools print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Instrumentation::Traced => "traced",
+            Instrumentation::Probed => "probed",
+        }
+    }
+}
+
+/// Every preamble key that marks an instrumented run — not a benchmark run — when its value is
+/// above 0 (`1`), with what it means. bmoe-cli writes `route_trace`, `io_trace` and
+/// `compute_trace` only when the trace is on; the others always, `0` when off.
+pub const INSTRUMENTED_KEYS: &[(&str, Instrumentation)] = &[
+    ("route_trace", Instrumentation::Traced),
+    ("io_trace", Instrumentation::Traced),
+    ("compute_trace", Instrumentation::Traced),
+    ("compute_trace_layers", Instrumentation::Traced),
+    ("predict_log", Instrumentation::Probed),
+    ("prefetch_sync", Instrumentation::Probed),
+];
+
+/// The one instrumented-run check: the [`INSTRUMENTED_KEYS`] that `value_of` gives a value
+/// above 0 (a positive number, `true` or `on`), in that table's order. Readers of typed
+/// preambles ([`RunInfo::instrumented_by`]) and of raw `key=value` facts share it.
+pub fn instrumented_keys<V: AsRef<str>>(
+    value_of: impl Fn(&str) -> Option<V>,
+) -> Vec<(&'static str, Instrumentation)> {
+    let on = |v: &str| {
+        let v = v.trim();
+        v.parse::<f64>().is_ok_and(|n| n > 0.0) || v == "true" || v == "on"
+    };
+    INSTRUMENTED_KEYS
+        .iter()
+        .filter(|(k, _)| value_of(k).is_some_and(|v| on(v.as_ref())))
+        .copied()
+        .collect()
+}
+
+/// `traced (route_trace, io_trace), probed (predict_log)`: the kinds of [`instrumented_keys`]'
+/// result with the keys that made them, for a label saying why a run is not a benchmark.
+pub fn describe_instrumentation(keys: &[(&str, Instrumentation)]) -> String {
+    let mut parts = Vec::new();
+    for kind in [Instrumentation::Traced, Instrumentation::Probed] {
+        let named: Vec<&str> = keys
+            .iter()
+            .filter(|(_, k)| *k == kind)
+            .map(|(n, _)| *n)
+            .collect();
+        if !named.is_empty() {
+            parts.push(format!("{} ({})", kind.as_str(), named.join(", ")));
+        }
+    }
+    parts.join(", ")
+}
+
 impl RunInfo {
     /// Builds the typed preamble from raw preamble lines (as [`Preamble`] holds them).
     ///
@@ -437,12 +502,19 @@ impl RunInfo {
         Ok(out)
     }
 
-    /// Whether the run was instrumented (`predict_log=1`, `prefetch_sync=1` or
-    /// `compute_trace_layers>0`): not a benchmark run.
+    /// The keys of [`INSTRUMENTED_KEYS`] this preamble sets above 0 (typed or in
+    /// [`Self::extra`]), in that table's order: why the run is not a benchmark run.
+    pub fn instrumented_by(&self) -> Vec<(&'static str, Instrumentation)> {
+        instrumented_keys(|k| {
+            self.get_formatted(k)
+                .or_else(|| self.extra.get(k).map(str::to_string))
+        })
+    }
+
+    /// Whether the run was instrumented (traced or probed, see [`INSTRUMENTED_KEYS`]): not a
+    /// benchmark run.
     pub fn is_instrumented(&self) -> bool {
-        self.predict_log == Some(true)
-            || self.prefetch_sync == Some(true)
-            || self.compute_trace_layers.is_some_and(|n| n > 0)
+        !self.instrumented_by().is_empty()
     }
 
     /// Whether sampling was stochastic (`temp>0`).
@@ -873,5 +945,58 @@ mod tests {
             .expect("must fail")
             .to_string();
         assert!(e.contains("p.csv:2") && e.contains("n_layer"), "{e}");
+    }
+
+    fn info_of(preamble: &str) -> RunInfo {
+        let text =
+            format!("# bmoe_metrics v2\n# engine=t\n{preamble}\nstep,steps,wall_ms\n1,1,2.0\n");
+        MetricsReader::new(text.as_bytes(), "i.csv")
+            .expect("open")
+            .run_info()
+            .clone()
+    }
+
+    #[test]
+    fn every_instrumented_key_marks_the_run_and_is_named() {
+        // As bmoe-cli writes a plain run: the always-written keys at 0, the trace keys absent.
+        let plain = "# model=m.gguf threads=4\n# moe_stream=1 predict_log=0 prefetch_sync=0\n# temp=0 compute_trace_layers=0";
+        assert!(!info_of(plain).is_instrumented());
+        assert!(info_of(plain).instrumented_by().is_empty());
+        for (key, kind) in INSTRUMENTED_KEYS {
+            let on = info_of(&format!("{plain}\n# {key}=1"));
+            assert!(on.is_instrumented(), "{key}=1 must mark the run");
+            assert_eq!(on.instrumented_by(), vec![(*key, *kind)], "{key}");
+            let off = info_of(&format!("{plain}\n# {key}=0"));
+            assert!(!off.is_instrumented(), "{key}=0 must not mark the run");
+        }
+        let traced = [
+            "route_trace",
+            "io_trace",
+            "compute_trace",
+            "compute_trace_layers",
+        ];
+        let probed = ["predict_log", "prefetch_sync"];
+        for (key, kind) in INSTRUMENTED_KEYS {
+            let want = if traced.contains(key) {
+                Instrumentation::Traced
+            } else {
+                assert!(probed.contains(key), "{key}");
+                Instrumentation::Probed
+            };
+            assert_eq!(*kind, want, "{key}");
+        }
+    }
+
+    #[test]
+    fn instrumentation_is_described_with_its_keys() {
+        let info = info_of("# predict_log=1\n# route_trace=1 io_trace=1");
+        assert_eq!(
+            describe_instrumentation(&info.instrumented_by()),
+            "traced (route_trace, io_trace), probed (predict_log)"
+        );
+        let raw = [("compute_trace", "on"), ("prefetch_sync", "0")];
+        let keys = instrumented_keys(|k| raw.iter().find(|(n, _)| *n == k).map(|(_, v)| *v));
+        assert_eq!(keys, vec![("compute_trace", Instrumentation::Traced)]);
+        assert_eq!(describe_instrumentation(&keys), "traced (compute_trace)");
     }
 }
