@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{Result, anyhow};
+use bmoe_telemetry::detect::{FileKind, detect_format};
 use bmoe_telemetry::metrics::{MetricsReader, SummaryTrailer, TokenRow};
 
 use crate::model::{Event, Memory, RunConfig, RunSummary, TokenSample};
@@ -87,12 +88,7 @@ pub fn trailer_to_summary(t: &SummaryTrailer) -> RunSummary {
 /// # Errors
 /// The file cannot be opened, or it is not a metrics CSV (the reader's message names the line).
 pub fn load(path: &Path) -> Result<Vec<Event>> {
-    let mut reader = MetricsReader::open(path).with_context(|| {
-        format!(
-            "cannot replay {}\nhint: pass a CSV written by `bmoe-cli --csv` (header starting `step,steps,wall_ms`)",
-            path.display()
-        )
-    })?;
+    let mut reader = MetricsReader::open(path).map_err(|e| open_error(path, &e))?;
     let mut events = Vec::new();
     let mut config = RunConfig::default();
     for (k, v) in reader.preamble().merged().iter() {
@@ -140,4 +136,34 @@ pub fn load(path: &Path) -> Result<Vec<Event>> {
         });
     }
     Ok(events)
+}
+
+/// Why a file cannot be replayed, said once (the reader's I/O error already carries its cause,
+/// so it is not chained again), with a hint a command-line user can act on: another bmoe file
+/// kind is pointed at the `bmoe-analyze` subcommand that reads it.
+fn open_error(path: &Path, e: &bmoe_telemetry::Error) -> anyhow::Error {
+    const RECORD: &str = "bmoe-top replays the metrics CSV that `bmoe-cli … --csv run.csv` records \
+                          (header starting `step,steps,wall_ms`)";
+    let shown = path.display();
+    if let bmoe_telemetry::Error::Io { source, .. } = e {
+        let what = match source.kind() {
+            std::io::ErrorKind::NotFound => "check the path",
+            std::io::ErrorKind::IsADirectory => "pass a file, not a directory",
+            _ => "check the file can be read",
+        };
+        return anyhow!("cannot replay {shown}: {source}\nhint: {what}; {RECORD}");
+    }
+    let analyze = match detect_format(path) {
+        Ok(FileKind::RouteTrace) => Some(("a route trace", "route")),
+        Ok(FileKind::ComputeTrace) => Some(("a compute trace", "compute")),
+        Ok(FileKind::IoTrace) => Some(("an I/O trace", "io")),
+        _ => None,
+    };
+    match analyze {
+        Some((kind, sub)) => anyhow!(
+            "cannot replay {shown}: it is {kind}, not a metrics CSV\n\
+             hint: analyse it with `bmoe-analyze {sub} {shown}`"
+        ),
+        None => anyhow!("cannot replay {e}\nhint: {RECORD}"),
+    }
 }

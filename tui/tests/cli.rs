@@ -62,3 +62,55 @@ fn bad_speed_is_a_usage_error() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("invalid speed `fast`"), "{err}");
 }
+
+#[test]
+fn a_missing_file_says_its_cause_once_and_how_to_get_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("nope.csv");
+    let shown = p.to_str().expect("utf-8 path");
+    let (code, err) = run(&["--replay", shown]);
+    assert_eq!(code, 1, "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    // The cause is on the error line, once; the hint line says what to do, without the cause.
+    assert!(
+        lines[0].starts_with(&format!("error: cannot replay {shown}: ")),
+        "{err}"
+    );
+    assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+    assert!(lines[1].starts_with("hint: check the path;"), "{err}");
+    assert!(lines[1].contains("bmoe-cli … --csv run.csv"), "{err}");
+    assert!(!lines[1].contains("os error"), "{err}");
+}
+
+#[test]
+fn a_trace_is_pointed_at_the_analyze_subcommand_that_reads_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text, sub) in [
+        (
+            "run.route.csv",
+            "# route_trace v1\nstep,phase,layer,slot,expert,weight,resident\n",
+            "route",
+        ),
+        (
+            "run.compute.csv",
+            "# compute_trace v1\nstep,op\n",
+            "compute",
+        ),
+        ("run.io.csv", "# io_trace v1\nstep,lane\n", "io"),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        let shown = p.to_str().expect("utf-8 path");
+        let (code, err) = run(&["--replay", shown]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("not a metrics CSV"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "hint: analyse it with `bmoe-analyze {sub} {shown}`"
+            )),
+            "{err}"
+        );
+        assert!(!err.contains("bmoe_telemetry"), "{err}");
+    }
+}
