@@ -66,7 +66,12 @@ pub struct Cli {
     #[arg(long = "top-p", default_value_t = 0.95, value_name = "P")]
     pub top_p: f32,
     /// Sampling seed, 0..=4294967294 (default: a random one, recorded in the --csv preamble)
-    #[arg(long = "seed", value_name = "N")]
+    // u32::MAX means "draw a seed of your own" to llama.cpp, which no record could name
+    #[arg(
+        long = "seed",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(0..=i64::from(u32::MAX) - 1)
+    )]
     pub seed: Option<u32>,
     /// Never end at an end-of-generation token: every turn runs to -n / n_predict (benchmarks,
     /// tests); end-of-generation tokens are removed from the choice
@@ -377,18 +382,8 @@ impl Cli {
                     "1.0 disables top-p",
                 ));
             }
-            let seed = match self.seed {
-                // llama.cpp reads u32::MAX as "draw a seed of your own", which no record could
-                // name: the run would not be reproducible
-                Some(u32::MAX) => {
-                    return Err(err(
-                        format!("--seed must be below {} (got {})", u32::MAX, u32::MAX),
-                        "that value means 'random' to llama.cpp; omit --seed for a random seed",
-                    ));
-                }
-                Some(seed) => seed,
-                None => random_seed(),
-            };
+            // never u32::MAX (the flag's range excludes it): the run names its seed
+            let seed = self.seed.unwrap_or_else(random_seed);
             Sampling::Sample {
                 temp: self.temp,
                 top_k: i32::try_from(self.top_k).unwrap_or(i32::MAX),
@@ -694,8 +689,9 @@ mod tests {
         let draws: Vec<u32> = (0..4).map(|_| seed(&[])).collect();
         assert!(draws.iter().all(|&s| s != u32::MAX), "{draws:?}");
         assert!(draws.windows(2).any(|w| w[0] != w[1]), "{draws:?}");
-        let e = parse(&["-m", "x", "--temp", "0.8", "--seed", "4294967295"]).unwrap_err();
-        assert!(e.message.contains("--seed") && !e.hint.is_empty(), "{e:?}");
+        // llama.cpp's "random" value is refused at the flag
+        let e = Cli::try_parse_from(["bmoe-cli", "-m", "x", "--seed", "4294967295"]).unwrap_err();
+        assert!(e.to_string().contains("0..=4294967294"), "{e}");
     }
 
     #[test]

@@ -9,7 +9,15 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let mut cli = Cli::parse();
+    let mut cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print as clap writes them (stdout, exit 0)
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprintln!("{}", usage_error(&e.render().to_string()));
+            return ExitCode::from(2);
+        }
+    };
     if cli.version {
         println!("{}", bmoe_engine::VERSION);
         return ExitCode::SUCCESS;
@@ -69,4 +77,15 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// A clap usage error in the project's style: clap's message and usage line, then a `hint:` line
+/// in place of clap's closing "For more information, try '--help'.".
+fn usage_error(clap_text: &str) -> String {
+    let text = clap_text.trim_end();
+    let text = text
+        .strip_suffix("For more information, try '--help'.")
+        .unwrap_or(text)
+        .trim_end();
+    format!("{text}\nhint: bmoe-cli --help lists every flag")
 }

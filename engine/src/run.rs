@@ -75,9 +75,28 @@ pub struct ModelFacts {
     pub expert_used: Option<i64>,
 }
 
+/// The hint after llama.cpp refused something: its warnings and errors always reach stderr (as
+/// `llama.cpp: …` lines; `BMOE_LLAMA_LOG=1` adds the info lines), so its reason is already shown.
+fn llama_reason_hint() -> &'static str {
+    if std::env::var("BMOE_LLAMA_LOG").is_ok_and(|v| v == "1") {
+        "llama.cpp's reason is in its log above"
+    } else {
+        "llama.cpp's reason is on the 'llama.cpp:' lines above; BMOE_LLAMA_LOG=1 shows its whole log"
+    }
+}
+
 /// Reads the headers of every shard of `path` (through bmoe-gguf) and checks that no tensor runs
 /// past its file's end.
 pub fn read_facts(path: &Path) -> Result<ModelFacts, EngineError> {
+    if path.is_dir() {
+        return Err(fail(
+            format!(
+                "-m/--model is a directory, not a model file: {}",
+                path.display()
+            ),
+            "pass the .gguf file inside it (for a split model, its -00001-of-NNNNN.gguf shard)",
+        ));
+    }
     if !path.is_file() {
         return Err(fail(
             format!("model file not found: {}", path.display()),
@@ -315,8 +334,7 @@ pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
         };
         preflight(p, flag)?;
     }
-    let model = Model::load(&cfg.model, &model_opts)
-        .map_err(|e| fail(e, "set BMOE_LLAMA_LOG=1 to see llama.cpp's reason"))?;
+    let model = Model::load(&cfg.model, &model_opts).map_err(|e| fail(e, llama_reason_hint()))?;
     // a model file cut under the mapping ends in an error, not a silent SIGBUS (docs/engine.md)
     crate::vm::sigbus::install(&facts.index.shards, cfg.session);
     crate::vm::sigbus::truncate_if_testing(&cfg.model).map_err(|e| fail(e, "test hook"))?;
@@ -543,7 +561,7 @@ impl<'m> Engine<'m> {
             ctx.decode(&mut warm).map_err(|e| {
                 fail(
                     format!("capture warm-up decode failed ({e:?})"),
-                    "set BMOE_LLAMA_LOG=1 to see llama.cpp's reason",
+                    llama_reason_hint(),
                 )
             })?;
             let hook = ctx

@@ -766,3 +766,83 @@ fn model_truncated_in_place_after_load_is_an_error_not_a_silent_sigbus() {
         assert!(!stdout.contains("generation:"), "{extra:?}: {stdout}");
     }
 }
+
+#[test]
+fn usage_and_load_errors_end_with_a_true_hint() {
+    // clap's usage errors: its message, then the project's hint line instead of its "try --help"
+    for args in [
+        &["--bogus"][..],
+        &["-n"],
+        &["--seed", "-3"],
+        &["--seed", "4294967295"],
+    ] {
+        let out = cli().args(args).output().expect("run");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+        assert!(
+            err.ends_with("\nhint: bmoe-cli --help lists every flag\n"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("For more information"), "{args:?}: {err}");
+    }
+    let help = cli().arg("--help").output().expect("run");
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: bmoe-cli [OPTIONS]"));
+    assert!(help.stderr.is_empty());
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = cli().arg("-m").arg(dir.path()).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("-m/--model is a directory") && err.contains("hint: pass the .gguf file"),
+        "{err}"
+    );
+
+    // a GGUF that parses but names an architecture llama.cpp does not know: llama.cpp's own
+    // error lines are on stderr, and the hint points at them
+    let bad = dir.path().join("unknown-arch.gguf");
+    let mut gguf = b"GGUF".to_vec();
+    gguf.extend(3u32.to_le_bytes());
+    gguf.extend(0u64.to_le_bytes()); // tensors
+    gguf.extend(1u64.to_le_bytes()); // key-value pairs
+    for (i, s) in ["general.architecture", "nosucharch"].iter().enumerate() {
+        gguf.extend((s.len() as u64).to_le_bytes());
+        gguf.extend(s.as_bytes());
+        if i == 0 {
+            gguf.extend(8u32.to_le_bytes()); // string
+        }
+    }
+    std::fs::write(&bad, gguf).expect("write gguf");
+    for verbose in [false, true] {
+        let mut c = cli();
+        c.arg("-m").arg(&bad).args(["-n", "2"]);
+        if verbose {
+            c.env("BMOE_LLAMA_LOG", "1");
+        } else {
+            c.env_remove("BMOE_LLAMA_LOG");
+        }
+        let out = c.output().expect("run");
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("unknown model architecture: 'nosucharch'"),
+            "{err}"
+        );
+        let hint = err.lines().last().unwrap_or_default();
+        if verbose {
+            assert_eq!(
+                hint, "hint: llama.cpp's reason is in its log above",
+                "{err}"
+            );
+        } else {
+            assert!(
+                err.contains("llama.cpp: llama_model_load: error loading model")
+                    && hint
+                        .starts_with("hint: llama.cpp's reason is on the 'llama.cpp:' lines above"),
+                "{err}"
+            );
+        }
+    }
+}
