@@ -1090,20 +1090,40 @@ fn help_popup(f: &mut Frame, theme: &Theme, area: Rect, session: bool) {
         ("?  Esc", "close this help"),
     ];
     let rows: &[(&str, &str)] = if session { &session_rows } else { &replay_rows };
-    let mut lines = vec![Line::styled("keys", theme.title())];
+    let mut keys = Vec::new();
     for (k, v) in rows.iter().copied() {
-        lines.push(Line::from(vec![
+        keys.push(Line::from(vec![
             Span::styled(format!("{k:>14}  "), theme.headline()),
             Span::raw(v),
         ]));
     }
-    lines.push(Line::raw(""));
-    lines.push(Line::styled(
-        "bars: not rescaled to 100 %; compute = cpu ÷ compute threads (upper bound)",
-        theme.dim(),
-    ));
+    // Short lines so the popup fits an 80x24 terminal without wrapping: the height below counts
+    // wrapped rows, and anything past the frame would be cut off silently.
+    let note = [
+        Line::styled("bars: not rescaled to 100 %", theme.dim()),
+        Line::styled(
+            "compute = cpu ÷ compute threads (an upper bound)",
+            theme.dim(),
+        ),
+    ];
     let w = 72.min(area.width.saturating_sub(2));
-    let h = (lines.len() as u16 + 2).min(area.height.saturating_sub(2));
+    let inner_w = usize::from(w.saturating_sub(2)).max(1);
+    let rows_of = |lines: &[Line]| -> usize {
+        lines
+            .iter()
+            .map(|l| l.width().max(1).div_ceil(inner_w))
+            .sum()
+    };
+    let room = usize::from(area.height.saturating_sub(4));
+    let mut lines = keys;
+    lines.extend(note);
+    // The title and the blank line before the note are the first to go on a short terminal.
+    if rows_of(&lines) + 2 <= room {
+        lines.insert(0, Line::styled("keys", theme.title()));
+        let at = lines.len() - 2;
+        lines.insert(at, Line::raw(""));
+    }
+    let h = (rows_of(&lines) as u16 + 2).min(area.height.saturating_sub(2));
     let popup = Rect {
         x: area.x + (area.width.saturating_sub(w)) / 2,
         y: area.y + (area.height.saturating_sub(h)) / 2,

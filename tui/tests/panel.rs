@@ -446,6 +446,20 @@ fn help_popup_and_focus() {
     app.help = true;
     let screen = render(&app, 80, 24);
     assert!(screen.contains("pause / resume"), "{screen}");
+    // The whole popup fits 80x24: its last line ends in full and its border closes below it.
+    assert!(
+        screen.contains("compute = cpu ÷ compute threads (an upper bound)"),
+        "{screen}"
+    );
+    let last = screen
+        .lines()
+        .position(|l| l.contains("(an upper bound)"))
+        .unwrap();
+    assert!(
+        screen.lines().nth(last + 1).unwrap().contains('└'),
+        "{screen}"
+    );
+    insta::assert_snapshot!("help_80x24", screen);
     app.help = false;
     app.focus = bmoe_top::state::Focus::Telemetry;
     let screen = render(&app, 80, 24);

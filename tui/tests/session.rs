@@ -146,6 +146,12 @@ fn ready_with_a_prompt_being_typed() {
         "{screen}"
     );
     insta::assert_snapshot!("session_ready_80x24", screen);
+    // The session's longer key list fits 80x24 too, the closing note whole.
+    s.app.help = true;
+    let help = render(&s.app, 80, 24);
+    assert!(help.contains("Ctrl-N"), "{help}");
+    assert!(help.contains("(an upper bound)"), "{help}");
+    insta::assert_snapshot!("session_help_80x24", help);
 }
 
 #[test]
