@@ -791,3 +791,77 @@ session = {{ prompts = ["Tell me about computing.", "And then?"], clear_kv = fal
     assert!(stdout.starts_with("BMOE_READY "), "{stdout}");
     assert_eq!(stdout.matches("BMOE_DONE ").count(), 2, "{stdout}");
 }
+
+fn small(name: &str, binary: &str) -> String {
+    format!(
+        "name = \"{name}\"\nbinary = \"{binary}\"\n[defaults]\nn_predict = 3\nprompt = \"hi\"\n\
+         [[model]]\nid = \"tiny\"\npreset = \"tiny\"\n[axes.cache]\nflag = \"--cache-mb\"\n\
+         [[sweep]]\nname = \"s\"\naxes = {{ cache = [0, 4] }}\ntag = \"c{{cache}}\"\n"
+    )
+}
+
+#[test]
+fn several_manifests_run_one_after_another_and_a_failure_does_not_stop_the_rest() {
+    let t = tempfile::tempdir().expect("tmp");
+    fake_engine(t.path(), 0.0);
+    write(t.path(), "a.toml", &small("a", "./fake-cli"));
+    // A manifest that does not parse, and one whose engine fails every run.
+    write(
+        t.path(),
+        "broken.toml",
+        "name = \"x\"\n[[sweep]]\nnmae = 1\n",
+    );
+    write(t.path(), "fails.sh", "#!/bin/sh\necho boom >&2\nexit 7\n");
+    let _ = std::process::Command::new("chmod")
+        .args(["755", "fails.sh"])
+        .current_dir(t.path())
+        .status();
+    write(t.path(), "c.toml", &small("c", "./fails.sh"));
+    write(t.path(), "b.toml", &small("b", "./fake-cli"));
+    let o = run(
+        t.path(),
+        &["sweep", "a.toml", "broken.toml", "c.toml", "b.toml"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // Each good manifest went into its own results/<name>, as a single one would.
+    for name in ["a", "b"] {
+        let recs = records(&t.path().join("results").join(name));
+        assert_eq!(recs.len(), 2, "{name}: {}", text(&o));
+        assert!(recs.iter().all(|r| r["status"] == "ok"), "{}", text(&o));
+    }
+    let recs = records(&t.path().join("results/c"));
+    assert_eq!(recs.len(), 2, "{}", text(&o));
+    assert!(recs.iter().all(|r| r["status"] != "ok"), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("error: broken.toml:3:"), "{err}");
+    assert!(err.contains("error: c.toml:"), "{err}");
+    assert!(
+        err.contains("2 of 4 manifest(s) failed: broken.toml, c.toml"),
+        "{err}"
+    );
+    // b ran after c failed.
+    assert!(
+        err.find("[3/4] c.toml").unwrap_or(usize::MAX) < err.find("[4/4] b.toml").unwrap_or(0),
+        "{err}"
+    );
+
+    // -o is the parent with several manifests; --resume applies to each one.
+    let o = run(t.path(), &["sweep", "a.toml", "b.toml", "-o", "out"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(records(&t.path().join("out/a")).len(), 2);
+    assert_eq!(records(&t.path().join("out/b")).len(), 2);
+    let before = calls(t.path());
+    let o = run(
+        t.path(),
+        &["sweep", "a.toml", "b.toml", "-o", "out", "--resume"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(calls(t.path()), before, "resume reran finished runs");
+
+    // Two manifests with one name would share a directory: refused before anything runs.
+    write(t.path(), "a2.toml", &small("a", "./fake-cli"));
+    let o = run(t.path(), &["sweep", "a.toml", "a2.toml", "-o", "dup"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(!t.path().join("dup").exists());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("hint: give each manifest its own `name`"));
+}

@@ -65,9 +65,12 @@ pub fn hint_for(err: &anyhow::Error) -> Option<String> {
 /// Options of `bmoe-bench sweep`.
 #[derive(Debug, Args)]
 pub struct SweepArgs {
-    /// The manifest (TOML; see docs/sweeps.md).
-    pub manifest: PathBuf,
-    /// Results directory [default: results/<manifest name>].
+    /// The manifest(s) (TOML; see docs/sweeps.md). Several run one after another, each into
+    /// its own results directory.
+    #[arg(required = true, value_name = "MANIFEST")]
+    pub manifests: Vec<PathBuf>,
+    /// Results directory [default: results/<manifest name>]. With several manifests, the
+    /// parent directory: each writes to OUT/<manifest name>.
     #[arg(short, long)]
     pub out: Option<PathBuf>,
     /// Continue an interrupted sweep: skip runs that already completed.
@@ -113,19 +116,100 @@ pub fn load(path: &std::path::Path) -> Result<(expand::Plan, String)> {
     Ok((plan, text))
 }
 
-/// Runs `bmoe-bench sweep`.
+/// Runs `bmoe-bench sweep`: every manifest in turn. A manifest that fails (to parse, or
+/// because runs failed) is reported and the next one still runs; the result is an error when
+/// any failed.
+///
+/// # Errors
+/// With one manifest, its error; with several, a summary naming the ones that failed.
+pub fn run(args: &SweepArgs) -> Result<()> {
+    if let [one] = args.manifests.as_slice() {
+        return run_one(args, one, args.out.clone());
+    }
+    // Load every manifest first: two that would write into the same directory are refused
+    // before anything runs, and a broken one is reported without stopping the others.
+    let mut loaded = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    let mut seen: std::collections::BTreeMap<PathBuf, &std::path::Path> = Default::default();
+    for path in &args.manifests {
+        match load(path) {
+            Ok((plan, _)) => {
+                let out = args
+                    .out
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("results"))
+                    .join(&plan.name);
+                if let Some(first) = seen.get(&out).filter(|_| !(args.check || args.dry_run)) {
+                    return Err(Hinted::new(
+                        format!(
+                            "{} and {} both have name = \"{}\" and would share the results directory {}",
+                            first.display(),
+                            path.display(),
+                            plan.name,
+                            out.display()
+                        ),
+                        "give each manifest its own `name`, or run them separately with -o",
+                    )
+                    .into());
+                }
+                seen.insert(out.clone(), path);
+                loaded.push((path, Some(out)));
+            }
+            Err(err) => {
+                // Manifest errors already name the file (and line).
+                report_failure(None, &err, &mut failed, path);
+                loaded.push((path, None));
+            }
+        }
+    }
+    let total = args.manifests.len();
+    for (i, (path, out)) in loaded.into_iter().enumerate() {
+        let Some(out) = out else { continue };
+        eprintln!("==> [{}/{total}] {}", i + 1, path.display());
+        if let Err(err) = run_one(args, path, Some(out)) {
+            report_failure(Some(path), &err, &mut failed, path);
+        }
+    }
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(Hinted::new(
+        format!("{} of {total} manifest(s) failed: {}", failed.len(), failed.join(", ")),
+        "each failure is printed above with its own hint; rerun a manifest alone (with --resume to keep its finished runs)",
+    )
+    .into())
+}
+
+/// Prints one manifest's error (and hint), prefixed by `prefix`, and remembers `path`.
+fn report_failure(
+    prefix: Option<&std::path::Path>,
+    err: &anyhow::Error,
+    failed: &mut Vec<String>,
+    path: &std::path::Path,
+) {
+    match prefix {
+        Some(p) => eprintln!("error: {}: {err:#}", p.display()),
+        None => eprintln!("error: {err:#}"),
+    }
+    if let Some(h) = hint_for(err) {
+        eprintln!("hint: {h}");
+    }
+    failed.push(path.display().to_string());
+}
+
+/// Runs one manifest into `out` [default: results/<name>].
 ///
 /// # Errors
 /// Manifest, setup and I/O errors; also when runs failed (after all ran).
-pub fn run(args: &SweepArgs) -> Result<()> {
-    let (plan, text) = load(&args.manifest)?;
+fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -> Result<()> {
+    let (plan, text) = load(manifest)?;
     if args.check || args.dry_run {
         let warm = plan.runs.iter().filter(|r| r.warmup).count();
         let sweeps: std::collections::BTreeSet<&str> =
             plan.cells.iter().map(|c| c.sweep.as_str()).collect();
         let mut out = format!(
             "{}: ok — {} sweep(s), {} device(s), {} cell(s), {} run(s) ({} warm-up)\n",
-            args.manifest.display(),
+            manifest.display(),
             sweeps.len(),
             plan.devices.len(),
             plan.cells.len(),
@@ -153,10 +237,7 @@ pub fn run(args: &SweepArgs) -> Result<()> {
         }
         return emit(&out);
     }
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
     let stop = AtomicBool::new(false);
     let t0 = Instant::now();
     let opts = runner::RunOptions {
