@@ -10,15 +10,26 @@ use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow};
 use serde_json::{Value, json};
 
 fn write_run(root: &Path, dir: &str, walls: &[f64], compute: &[f64], hit: f64, temp: Option<f64>) {
-    let d = root.join(dir);
-    std::fs::create_dir_all(&d).expect("mkdir");
     let info = RunInfo {
         engine: Some("test-1".into()),
         model: Some("tiny.gguf".into()),
         temp,
         ..RunInfo::default()
     };
-    let mut w = MetricsWriter::create(d.join("metrics.csv"), &info).expect("create");
+    write_run_info(root, dir, walls, compute, hit, &info);
+}
+
+fn write_run_info(
+    root: &Path,
+    dir: &str,
+    walls: &[f64],
+    compute: &[f64],
+    hit: f64,
+    info: &RunInfo,
+) {
+    let d = root.join(dir);
+    std::fs::create_dir_all(&d).expect("mkdir");
+    let mut w = MetricsWriter::create(d.join("metrics.csv"), info).expect("create");
     for (i, (wall, c)) in walls.iter().zip(compute).enumerate() {
         w.write_row(&TokenRow {
             step: Some(i as u64 + 1),
@@ -182,15 +193,15 @@ fn report_matches_hand_computed_statistics() {
         )),
         "{md}"
     );
-    // footnotes in row order: a's interval, a's ratio, b's interval, b's ratio
+    // footnotes in row order: a's interval, b's interval, b's ratio (a is the baseline: 1)
     let (ok, md, _) = report(root, &["--baseline", "a"]);
     assert!(ok);
     assert!(
-        md.contains(&format!("{:.3}× (CI uninformative⁴)", 20.0 / mean)),
+        md.contains(&format!("{:.3}× (CI uninformative³)", 20.0 / mean)),
         "{md}"
     );
     assert!(
-        md.contains("⁴ `b` vs `a`: uninformative: 2 runs on a side (< 3); the bootstrap gives ["),
+        md.contains("³ `b` vs `a`: uninformative: 2 runs on a side (< 3); the bootstrap gives ["),
         "{md}"
     );
     let (ok, csv, _) = report(root, &["-f", "csv"]);
@@ -268,4 +279,152 @@ fn across_run_intervals_are_results_only_when_informative() {
         md.contains("¹ `b`: uninformative: lower bound below 0"),
         "{md}"
     );
+}
+
+/// A cell whose runs differ a lot in speed (one fast run, two slow): the mean of per-run tok/s
+/// is far above the pooled tokens / Σ wall, and the within-run interval must be an interval
+/// for the mean shown next to it, in md, csv and json alike. The baseline row is `1`.
+#[test]
+fn within_run_interval_belongs_to_the_mean_it_is_printed_with() {
+    let t = tempfile::tempdir().expect("tmp");
+    let root = t.path();
+    // 1000-ish, 10-ish and 5-ish tok/s: mean ≈ 338, pooled ≈ 12 / 1.2 s ≈ 10.
+    write_run(root, "s/a/r1", &[0.9, 1.1, 1.0, 1.0], &[0.5; 4], 0.0, None);
+    write_run(
+        root,
+        "s/a/r2",
+        &[90.0, 110.0, 100.0, 100.0],
+        &[50.0; 4],
+        0.0,
+        None,
+    );
+    write_run(
+        root,
+        "s/a/r3",
+        &[180.0, 220.0, 200.0, 200.0],
+        &[50.0; 4],
+        0.0,
+        None,
+    );
+    for (i, rep) in ["r1", "r2", "r3"].iter().enumerate() {
+        write_run(
+            root,
+            &format!("s/b/{rep}"),
+            &[50.0, 60.0, 40.0],
+            &[10.0; 3],
+            0.0,
+            None,
+        );
+        let _ = i;
+    }
+    let recs = [
+        record(0, "a", "r1", false),
+        record(1, "b", "r1", false),
+        record(2, "a", "r2", false),
+        record(3, "b", "r2", false),
+        record(4, "a", "r3", false),
+        record(5, "b", "r3", false),
+    ];
+    let text: String = recs.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(root.join("results.jsonl"), text).expect("jsonl");
+
+    let (ok, out, err) = report(root, &["-f", "json", "--baseline", "a"]);
+    assert!(ok, "{err}");
+    let cells: Vec<Value> = serde_json::from_str(&out).expect("json");
+    let a = &cells[0];
+    let point = a["tok_s"].as_f64().expect("tok_s");
+    let (lo, hi) = (
+        a["within_ci"][0].as_f64().expect("lo"),
+        a["within_ci"][1].as_f64().expect("hi"),
+    );
+    assert!(point > 300.0, "{a}");
+    assert!(lo < point && point < hi, "{point} not in [{lo}, {hi}]: {a}");
+    assert_eq!(a["vs_baseline"]["method"], "baseline", "{a}");
+    assert_eq!(a["vs_baseline"]["ratio"], 1.0);
+
+    let (ok, out, err) = report(root, &["-f", "csv", "--baseline", "a"]);
+    assert!(ok, "{err}");
+    let mut lines = out.lines();
+    let head: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let row: Vec<&str> = lines.next().expect("row a").split(',').collect();
+    let col = |name: &str| row[head.iter().position(|h| *h == name).expect(name)];
+    let num = |name: &str| col(name).parse::<f64>().expect(name);
+    assert!(num("ci_tokens_lo") < num("avg_ts") && num("avg_ts") < num("ci_tokens_hi"));
+    // The baseline against itself: ratio 1, no interval.
+    assert_eq!(
+        (col("ratio"), col("ratio_lo"), col("ratio_hi")),
+        ("1", "", "")
+    );
+    assert_eq!(col("ratio_method"), "baseline");
+
+    let (ok, md, err) = report(root, &["--baseline", "a"]);
+    assert!(ok, "{err}");
+    let line = md.lines().find(|l| l.starts_with("| a |")).expect("row a");
+    assert!(line.ends_with("| 1 (baseline) |"), "{line}");
+    assert!(
+        md.contains("CI within runs: an interval for the same mean of per-run tok/s"),
+        "{md}"
+    );
+}
+
+/// A run whose preamble says it was traced (`route_trace=1`, as `bmoe-cli --route-trace`
+/// writes it) is listed under "Not averaged" with the key that made it so, never averaged, and
+/// a cell of only such runs gets no ratio.
+#[test]
+fn route_traced_runs_are_not_averaged_and_get_no_ratio() {
+    let t = tempfile::tempdir().expect("tmp");
+    let root = t.path();
+    write_run(root, "s/a/r1", &[100.0, 100.0], &[80.0, 80.0], 50.0, None);
+    write_run(root, "s/a/r2", &[100.0, 100.0], &[80.0, 80.0], 50.0, None);
+    let mut traced = RunInfo {
+        engine: Some("test-1".into()),
+        model: Some("tiny.gguf".into()),
+        temp: Some(0.0),
+        predict_log: Some(false),
+        prefetch_sync: Some(false),
+        compute_trace_layers: Some(0),
+        ..RunInfo::default()
+    };
+    traced.extra.insert("route_trace", "1");
+    for rep in ["r1", "r2"] {
+        write_run_info(
+            root,
+            &format!("s/b/{rep}"),
+            &[5.0, 5.0],
+            &[1.0, 1.0],
+            90.0,
+            &traced,
+        );
+    }
+    let recs = [
+        record(0, "a", "r1", false),
+        record(1, "b", "r1", false),
+        record(2, "a", "r2", false),
+        record(3, "b", "r2", false),
+    ];
+    let text: String = recs.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(root.join("results.jsonl"), text).expect("jsonl");
+
+    let (ok, out, err) = report(root, &["-f", "json", "--baseline", "a"]);
+    assert!(ok, "{err}");
+    let cells: Vec<Value> = serde_json::from_str(&out).expect("json");
+    let b = cells.iter().find(|c| c["cell"] == "b").expect("cell b");
+    assert_eq!(b["runs"], 0, "{b}");
+    let excluded = b["excluded"].as_array().expect("excluded");
+    assert_eq!(excluded.len(), 2, "{b}");
+    for e in excluded {
+        assert!(
+            e.as_str().expect("text").contains("traced (route_trace)"),
+            "{b}"
+        );
+    }
+    assert!(b["vs_baseline"].is_null(), "{b}");
+
+    let (ok, md, _) = report(root, &[]);
+    assert!(ok);
+    let not_averaged = md
+        .lines()
+        .find(|l| l.starts_with("Not averaged:"))
+        .unwrap_or_else(|| panic!("no Not averaged line: {md}"));
+    assert!(not_averaged.contains("traced (route_trace)"), "{md}");
 }

@@ -337,6 +337,12 @@ pub fn build(
             else {
                 continue;
             };
+            if rows[i].cell == base.cell {
+                // The baseline against itself is 1 by definition; a bootstrap of two
+                // independent resamples of the same runs would only show their spread.
+                rows[i].vs_baseline = Some(stats::Ratio::baseline());
+                continue;
+            }
             let base_runs = usable(&base.sweep, &base.cell);
             let cell_runs = usable(&rows[i].sweep, &rows[i].cell);
             rows[i].vs_baseline = stats::ratio(&cell_runs, &base_runs, boot);

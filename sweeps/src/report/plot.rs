@@ -18,6 +18,8 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
+/// The whisker of a cell's dot (drawn at `tok_s`): the across-run interval, else the within-run
+/// one — both are intervals for that same mean of per-run tok/s.
 fn ci_of(r: &CellRow) -> (f64, f64) {
     r.stats
         .reps_ci

@@ -184,6 +184,7 @@ pub fn markdown(report: &Report) -> String {
                             ));
                             format!("{:.3}× (CI uninformative{})", x.ratio, sup(notes.len()))
                         }
+                        None if x.method == "baseline" => "1 (baseline)".to_string(),
                         None => format!(
                             "{:.3}× [{:.3}, {:.3}]{}",
                             x.ratio,
@@ -228,12 +229,12 @@ pub fn markdown(report: &Report) -> String {
         s,
         "tok/s = tokens / Σ decode wall per run (first {trim} token(s) trimmed), averaged over runs; sd = sample standard deviation across runs. \
 CI across runs: Student t over the per-run tok/s, reported only from 3 runs on and with a lower bound above 0 \
-(otherwise it is marked uninformative and its bounds are given in a note, not as a result). CI within runs: percentile bootstrap of the mean wall_ms over \
-every token of the cell's runs ({} resamples, seed {}); tokens are autocorrelated, so it is narrower than the truth.{}\n",
+(otherwise it is marked uninformative and its bounds are given in a note, not as a result). CI within runs: an interval for the same mean of per-run tok/s, from token noise only — a percentile bootstrap \
+that redraws the tokens of each run and averages the runs' tok/s ({} resamples, seed {}); tokens are autocorrelated, so it is narrower than the truth.{}\n",
         report.boot.resamples,
         report.boot.seed,
         if base.is_some() {
-            " Ratios: tok/s over the baseline's, bootstrap CI over runs; ᵗ = over tokens (fewer than 2 runs on a side)."
+            " Ratios: tok/s over the baseline's, bootstrap CI over runs; ᵗ = over tokens (fewer than 2 runs on a side); the baseline row is 1 by definition."
         } else {
             ""
         }
@@ -273,7 +274,7 @@ fn csv_row(s: &mut String, r: &CellRow, st: &super::stats::CellStats, turn: Opti
         let axes: Vec<String> = r.axes.iter().map(|(k, v)| format!("{k}={v}")).collect();
         // An interval flagged as uninformative is not written where a result is expected.
         let ratio = r.vs_baseline.as_ref().filter(|_| turn.is_none());
-        let ratio_ci = ratio.filter(|x| x.note.is_none());
+        let ratio_ci = ratio.filter(|x| x.note.is_none() && x.method != "baseline");
         let fields = [
             r.sweep.clone(),
             r.model.clone(),

@@ -3,12 +3,14 @@
 //! Definitions (design.md "Statistics"): a run's tok/s = tokens / Σ decode `wall_ms` after the
 //! warm-up trim; its within-run interval is the percentile bootstrap of the mean `wall_ms`
 //! (bmoe-stats, fixed seed) turned into tok/s (`1000 / mean`, endpoints swapped). Across
-//! repetitions: the mean of per-run tok/s (llama-bench's `avg_ts`) ± a Student-t interval.
+//! repetitions: the mean of per-run tok/s (llama-bench's `avg_ts`) ± a Student-t interval. A
+//! cell's within-run interval is for that same mean: each resample redraws every run's tokens
+//! and averages the runs' tok/s (see [`within_runs_ci`]).
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use bmoe_stats::{BootstrapCi, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, mean};
+use bmoe_stats::{SplitMix64, bootstrap_ratio_of_means_ci, mean, percentile_linear};
 use bmoe_telemetry::metrics::{MetricsReader, TokenRow};
 use serde::Serialize;
 
@@ -83,14 +85,17 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunStats> {
         .last()
         .and_then(|s| s.get_f64("cache_hit_pct"));
     let mut flags = Vec::new();
-    if info.is_instrumented() {
-        flags.push("instrumented (predict_log/prefetch_sync/compute_trace_layers)");
+    let instrumented_by = info.instrumented_by();
+    if !instrumented_by.is_empty() {
+        flags.push(bmoe_telemetry::metrics::describe_instrumentation(
+            &instrumented_by,
+        ));
     }
     if info.is_stochastic() {
-        flags.push("stochastic (temp>0)");
+        flags.push("stochastic (temp>0)".to_string());
     }
     if info.spec.as_deref().is_some_and(|s| s != "off") {
-        flags.push("speculative (spec != off)");
+        flags.push("speculative (spec != off)".to_string());
     }
     let flag = (!flags.is_empty()).then(|| flags.join(", "));
     let mut stats = stats_of(&rows, trim, trailer_hit);
@@ -161,9 +166,41 @@ fn stats_of(rows: &[TokenRow], trim: usize, trailer_hit: Option<f64>) -> RunStat
     }
 }
 
-/// A tok/s interval from a bootstrap of mean ms/token (endpoints swap under 1000/x).
-pub fn tok_s_from_wall_ci(ci: BootstrapCi) -> Option<(f64, f64)> {
-    (ci.low > 0.0 && ci.high > 0.0).then(|| (1000.0 / ci.high, 1000.0 / ci.low))
+/// Percentile bootstrap interval of the cell's point estimate, the mean of per-run tok/s,
+/// from token-level noise only: each resample redraws every run's `wall_ms` with replacement
+/// (stratified by run, so a fast run and a slow run keep their weight of one run each),
+/// recomputes each run's tok/s and averages them. Pooling the tokens of all runs instead would
+/// give an interval for `1000 / mean wall`, which is a different number from the point and
+/// can exclude it. `None` without tokens or resamples.
+pub fn within_runs_ci(runs: &[&RunStats], boot: Boot) -> Option<(f64, f64)> {
+    if boot.resamples == 0 || runs.iter().all(|r| r.wall_ms.is_empty()) {
+        return None;
+    }
+    let mut rng = SplitMix64::new(boot.seed);
+    let mut means = Vec::with_capacity(boot.resamples);
+    for _ in 0..boot.resamples {
+        let mut sum = 0.0;
+        for r in runs {
+            let n = r.wall_ms.len();
+            sum += if n == 0 {
+                r.tok_s
+            } else {
+                let total: f64 = (0..n).map(|_| r.wall_ms[rng.below(n)]).sum();
+                if total > 0.0 {
+                    n as f64 * 1000.0 / total
+                } else {
+                    0.0
+                }
+            };
+        }
+        means.push(sum / runs.len() as f64);
+    }
+    means.sort_by(f64::total_cmp);
+    let alpha = (1.0 - boot.level) / 2.0;
+    Some((
+        percentile_linear(&means, alpha),
+        percentile_linear(&means, 1.0 - alpha),
+    ))
 }
 
 /// Two-sided 95 % Student-t quantile for `df` degrees of freedom.
@@ -228,7 +265,8 @@ pub struct CellStats {
     /// Why the across-run interval is not a result (too few runs, a negative lower bound);
     /// `None` when it is one, or when there is no interval at all (one run).
     pub reps_ci_note: Option<String>,
-    /// Bootstrap interval of tok/s over the tokens of every run (pooled), i.e. within-run.
+    /// Within-run interval of `tok_s` (the mean of per-run tok/s): a bootstrap of each run's
+    /// tokens, see [`within_runs_ci`].
     pub within_ci: Option<(f64, f64)>,
     /// Mean flash MiB/token.
     pub flash_mib_tok: f64,
@@ -258,12 +296,7 @@ pub fn aggregate(runs: &[&RunStats], boot: Boot) -> CellStats {
     });
     let reps_ci_note = reps_ci_raw.and_then(|ci| interval_caveat(n, ci));
     let reps_ci = reps_ci_raw.filter(|_| reps_ci_note.is_none());
-    let pooled: Vec<f64> = runs
-        .iter()
-        .flat_map(|r| r.wall_ms.iter().copied())
-        .collect();
-    let within_ci = bootstrap_mean_ci(&pooled, boot.resamples, boot.level, boot.seed)
-        .and_then(tok_s_from_wall_ci);
+    let within_ci = within_runs_ci(runs, boot);
     let avg = |f: fn(&RunStats) -> f64| mean(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
     let hits: Vec<f64> = runs.iter().filter_map(|r| r.hit_pct).collect();
     CellStats {
@@ -294,11 +327,26 @@ pub struct Ratio {
     pub low: f64,
     /// Interval high.
     pub high: f64,
-    /// `repetitions` (bootstrap over per-run tok/s) or `tokens` (bootstrap over per-token wall).
+    /// `repetitions` (bootstrap over per-run tok/s), `tokens` (bootstrap over per-token wall)
+    /// or `baseline` (the baseline cell itself: 1, no interval).
     pub method: &'static str,
     /// Why the interval is not a result (a bootstrap over fewer than [`MIN_RUNS_FOR_CI`] runs
     /// on a side can only draw a handful of distinct means); `None` when it is one.
     pub note: Option<String>,
+}
+
+impl Ratio {
+    /// The baseline cell compared with itself: exactly 1, with no interval
+    /// (`method` = `baseline`).
+    pub fn baseline() -> Ratio {
+        Ratio {
+            ratio: 1.0,
+            low: 1.0,
+            high: 1.0,
+            method: "baseline",
+            note: None,
+        }
+    }
 }
 
 /// tok/s ratio of `cell` over `base`: across repetitions when both have ≥ 2 runs, else over
@@ -377,8 +425,9 @@ mod tests {
             c.reps_ci_note.as_deref(),
             Some("uninformative: 2 runs (< 3), lower bound below 0 for a positive rate")
         );
-        let (lo, hi) = c.within_ci.expect("ci");
-        assert!(lo >= 5.0 && hi <= 10.0 && lo < hi);
+        // Both runs have constant walls: token noise cannot move either run's tok/s, so the
+        // interval of their mean is the mean itself (pooling the tokens gave 5–10 here).
+        assert_eq!(c.within_ci, Some((7.5, 7.5)));
     }
 
     #[test]
