@@ -244,6 +244,10 @@ pub struct ReplayResult {
     pub dec_lookups: u64,
     /// Decode hits.
     pub dec_hits: u64,
+    /// Most bytes resident after any batch's evictions: what the policy really held. `lru`,
+    /// `lfu`, `random` and `belady` exceed the budget only by the batch being staged; the layer
+    /// policies keep every layer's last batch, so below one token cycle they hold up to T.
+    pub peak_bytes: u64,
 }
 
 impl ReplayResult {
@@ -498,6 +502,7 @@ pub fn simulate(
                 evict(&mut s, v, &mut used, &mut layer_bytes);
             }
         }
+        r.peak_bytes = r.peak_bytes.max(used);
         for &id in &touched {
             s.reindex(id);
         }
@@ -715,6 +720,7 @@ impl ReplayReport {
                 "hit_pct_cum": c.result.hit_pct(),
                 "hit_pct_decode": c.result.dec_hit_pct(),
                 "read_mib": c.result.read_bytes as f64 / 1_048_576.0,
+                "peak_resident_mib": c.result.peak_bytes as f64 / 1_048_576.0,
                 "lookups": c.result.lookups,
             })).collect::<Vec<_>>(),
         })

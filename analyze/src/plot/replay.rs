@@ -1,4 +1,8 @@
 //! The replay curve: decode hit % against cache budget, one line per policy, Belady thick.
+//!
+//! The legend says what Belady bounds: the policies that hold at most the budget (plus the
+//! batch being staged). The layer policies keep every layer's last batch whatever the budget,
+//! so below one token cycle they hold more than the budget and can sit above the Belady line.
 
 use std::path::Path;
 
@@ -7,13 +11,13 @@ use plotters::prelude::*;
 
 use super::{DrawResult, Figure, OrMsg, frame, legend, render};
 use crate::Result;
-use crate::replay::ReplayReport;
+use crate::replay::{Policy, ReplayReport};
 
 /// One line: policy name and its (budget MiB, hit %) points.
 struct Curves {
     title: String,
     x_max: f64,
-    lines: Vec<(&'static str, Vec<(f64, f64)>)>,
+    lines: Vec<(String, Vec<(f64, f64)>)>,
 }
 
 impl Figure for Curves {
@@ -31,11 +35,11 @@ impl Figure for Curves {
             .msg()?;
         for (i, (name, pts)) in self.lines.iter().enumerate() {
             let colour = Palette99::pick(i).to_rgba();
-            let width = if *name == "belady" { 3 } else { 2 };
+            let width = if name.starts_with("belady") { 3 } else { 2 };
             chart
                 .draw_series(LineSeries::new(pts.clone(), colour.stroke_width(width)))
                 .msg()?
-                .label(*name)
+                .label(name.as_str())
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(width))
                 });
@@ -62,7 +66,7 @@ pub fn replay_curve(path: &Path, rep: &ReplayReport) -> Result<()> {
                 .filter(|p| p.policy == policy)
                 .map(|p| (p.budget_mib, p.result.dec_hit_pct()))
                 .collect();
-            (policy.name(), pts)
+            (legend_label(policy), pts)
         })
         .collect();
     render(
@@ -77,4 +81,16 @@ pub fn replay_curve(path: &Path, rep: &ReplayReport) -> Result<()> {
             lines,
         },
     )
+}
+
+/// The legend text of a policy: what Belady bounds, and which policies may hold more than the
+/// budget (docs/analyze.md "What belady bounds").
+fn legend_label(policy: Policy) -> String {
+    match policy {
+        Policy::Belady => "belady (ceiling at equal bytes held)".into(),
+        Policy::Layer | Policy::LayerLfu => {
+            format!("{} (holds the last batch per layer)", policy.name())
+        }
+        _ => policy.name().into(),
+    }
 }
