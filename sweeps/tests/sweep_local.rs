@@ -865,3 +865,73 @@ fn several_manifests_run_one_after_another_and_a_failure_does_not_stop_the_rest(
     assert!(!t.path().join("dup").exists());
     assert!(String::from_utf8_lossy(&o.stderr).contains("hint: give each manifest its own `name`"));
 }
+
+/// A run killed by a signal names it; one killed by the memory cap's OOM killer says so, in the
+/// progress line, `results.jsonl` and the report.
+#[test]
+fn a_killed_run_names_the_signal_and_the_oom_cap() {
+    let t = tempfile::tempdir().expect("tmp");
+    write(t.path(), "term.sh", "#!/bin/sh\nkill -TERM $$\nsleep 5\n");
+    // Doubles a string until the 32 MiB cap's OOM killer stops it (exec: the engine itself).
+    write(
+        t.path(),
+        "hog.sh",
+        "#!/bin/sh\nexec awk 'BEGIN { s = \"xxxxxxxxxxxxxxxx\"; while (1) s = s s }'\n",
+    );
+    let _ = std::process::Command::new("chmod")
+        .args(["755", "term.sh", "hog.sh"])
+        .current_dir(t.path())
+        .status();
+    write(
+        t.path(),
+        "term.toml",
+        "name = \"term\"\nbinary = \"./term.sh\"\n[[model]]\nid = \"tiny\"\npreset = \"tiny\"\n[[sweep]]\nname = \"s\"\n",
+    );
+    let o = run(t.path(), &["sweep", "term.toml"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("killed by SIGTERM; last stderr line: (empty)"),
+        "{err}"
+    );
+    let recs = records(&t.path().join("results/term"));
+    assert_eq!(recs[0]["signal"], 15, "{}", recs[0]);
+
+    if let Err(why) = cgroup_writable() {
+        eprintln!("SKIP a_killed_run_names_the_signal_and_the_oom_cap (OOM part): {why}");
+        return;
+    }
+    write(
+        t.path(),
+        "oom.toml",
+        "name = \"oom\"\nbinary = \"./hog.sh\"\n[defaults]\ntimeout_s = 60\n\
+         [[model]]\nid = \"tiny\"\npreset = \"tiny\"\n[[sweep]]\nname = \"s\"\nmem_limit = \"32MiB\"\n",
+    );
+    let o = run(t.path(), &["sweep", "oom.toml"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("OOM-killed by the 32 MiB memory cgroup cap (SIGKILL)"),
+        "{err}"
+    );
+    let recs = records(&t.path().join("results/oom"));
+    assert_eq!(recs[0]["signal"], 9, "{}", recs[0]);
+    assert!(
+        recs[0]["cgroup"]["oom_kill"]
+            .as_u64()
+            .is_some_and(|k| k > 0)
+    );
+    let o = run(t.path(), &["report", "results/oom", "--findings"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        md.contains("failed — OOM-killed by the 32 MiB memory cgroup cap (SIGKILL)"),
+        "{md}"
+    );
+    let findings =
+        std::fs::read_to_string(t.path().join("results/oom/findings.md")).expect("findings");
+    assert!(
+        findings.contains("failed — OOM-killed by the 32 MiB memory cgroup cap (SIGKILL)"),
+        "{findings}"
+    );
+}

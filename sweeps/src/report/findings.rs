@@ -236,7 +236,14 @@ pub fn skeleton(r: &Report) -> String {
             );
             any = true;
         }
-        if x.cgroup
+        if let Some(oom) = x.oom_text() {
+            // Failed runs already say so in their status line above.
+            if x.status == "ok" || !x.error.as_deref().is_some_and(|e| e.starts_with("OOM")) {
+                let _ = writeln!(s, "- `{}` {}: {oom}.", x.cell, x.rep);
+                any = true;
+            }
+        } else if x
+            .cgroup
             .as_ref()
             .and_then(|c| c.oom_kill)
             .is_some_and(|k| k > 0)

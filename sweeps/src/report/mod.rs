@@ -256,7 +256,10 @@ pub fn build(
             if r.warmup {
                 excluded.push(format!("{name}: warm-up"));
             } else if r.status != "ok" {
-                excluded.push(format!("{name}: {}", r.status));
+                match r.oom_text() {
+                    Some(oom) => excluded.push(format!("{name}: {} — {oom}", r.status)),
+                    None => excluded.push(format!("{name}: {}", r.status)),
+                }
             } else {
                 match &run_stats[i] {
                     None => excluded.push(format!("{name}: unreadable metrics.csv")),

@@ -70,6 +70,9 @@ pub struct RunRecord {
     pub status: String,
     /// Exit code (`None` = killed by a signal or never started).
     pub exit_code: Option<i32>,
+    /// The signal that killed a local engine (9 = SIGKILL, also what the OOM killer sends).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
     /// Killed by the per-run timeout.
     pub timed_out: bool,
     /// Why the run failed, when it did.
@@ -109,7 +112,68 @@ pub struct RunRecord {
     pub dir: String,
 }
 
+/// `SIGKILL` for 9, ...; `signal N` for numbers without a portable name.
+pub fn signal_name(n: i32) -> String {
+    const NAMES: [&str; 15] = [
+        "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
+        "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM",
+    ];
+    usize::try_from(n)
+        .ok()
+        .and_then(|i| i.checked_sub(1))
+        .and_then(|i| NAMES.get(i))
+        .map_or_else(|| format!("signal {n}"), |s| (*s).to_string())
+}
+
+/// `64 MiB`, `1.5 GiB`: a cgroup limit as the manifest would write it.
+pub fn human_bytes(b: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    if b >= GIB {
+        let g = b as f64 / GIB as f64;
+        if b.is_multiple_of(GIB) {
+            format!("{g:.0} GiB")
+        } else {
+            format!("{g:.2} GiB")
+        }
+    } else if b.is_multiple_of(MIB) {
+        format!("{} MiB", b / MIB)
+    } else {
+        format!("{:.1} MiB", b as f64 / MIB as f64)
+    }
+}
+
 impl RunRecord {
+    /// `OOM-killed by the 64 MiB memory cgroup cap (SIGKILL)` when the run's memory cgroup
+    /// counted an OOM kill and the engine did not exit normally.
+    pub fn oom_text(&self) -> Option<String> {
+        let c = self.cgroup.as_ref()?;
+        if c.oom_kill.unwrap_or(0) == 0 || self.exit_code == Some(0) {
+            return None;
+        }
+        let how = match (self.signal, self.exit_code) {
+            (Some(sig), _) => signal_name(sig),
+            (None, Some(code)) => format!("exit status {code}"),
+            (None, None) => "killed".into(),
+        };
+        Some(format!(
+            "OOM-killed by the {} memory cgroup cap ({how})",
+            human_bytes(c.limit_bytes)
+        ))
+    }
+
+    /// Why a non-zero exit failed, for `error`: the OOM kill or the signal named, else the
+    /// exit status; then the last line of stderr.
+    pub fn exit_text(&self, last_stderr: &str) -> String {
+        let what = match (self.oom_text(), self.signal, self.exit_code) {
+            (Some(oom), _, _) => oom,
+            (None, Some(sig), _) => format!("killed by {}", signal_name(sig)),
+            (None, None, Some(code)) => format!("exit status {code}"),
+            (None, None, None) => "no exit status".into(),
+        };
+        format!("{what}; last stderr line: {last_stderr}")
+    }
+
     /// The key that identifies a run across resumes.
     pub fn key(&self) -> (String, String, String) {
         (self.sweep.clone(), self.cell.clone(), self.rep.clone())

@@ -669,6 +669,7 @@ fn execute(
         rec.turns = d.finish();
     }
     rec.exit_code = status.and_then(|s| s.code());
+    rec.signal = status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s));
     rec.timed_out = timed_out
         || (dev.is_remote()
             && cell.timeout_s.is_some_and(|t| rec.duration_s >= t)
@@ -730,11 +731,7 @@ fn execute(
                 None => "the engine exited 0 but wrote no CSV".into(),
             }
         } else {
-            format!(
-                "exit status {}; last stderr line: {}",
-                rec.exit_code.map_or("signal".into(), |c| c.to_string()),
-                last_line(&tmp.join("stderr.txt"))
-            )
+            rec.exit_text(&last_line(&tmp.join("stderr.txt")))
         });
     }
     let state = serde_json::json!({"before": rec.state_before, "after": rec.state_after, "cooldown_waited_s": rec.cooldown_waited_s, "gate_met": rec.gate_met});
