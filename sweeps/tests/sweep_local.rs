@@ -371,7 +371,7 @@ axes = { mem = ["300MiB", "off"] }
 #[test]
 fn manifest_errors_name_the_line() {
     let t = tempfile::tempdir().expect("tmp");
-    let cases: [(&str, &str, usize, &str); 4] = [
+    let cases: [(&str, &str, usize, &str); 7] = [
         (
             "name = \"x\"\n[[sweep]]\nname = \"s\"\nrepetitons = 2\n",
             "unknown field `repetitons`",
@@ -395,6 +395,24 @@ fn manifest_errors_name_the_line() {
             "ssh device `p` has no host",
             2,
             "hint: add host",
+        ),
+        (
+            "name = \"x\"\n[defaults]\ntimeout_s = \"ten\"\n",
+            "invalid type: string \"ten\", expected f64",
+            3,
+            "hint: `timeout_s` takes a number: write e.g. `timeout_s = 10` (no quotes)",
+        ),
+        (
+            "name = \"x\"\n[[sweep]]\nname = \"s\"\norder = { mode = \"sideways\" }\n",
+            "unknown variant `sideways`",
+            4,
+            "hint: use one of the values listed above",
+        ),
+        (
+            "This is not a manifest\nbut a README.\n",
+            "expected",
+            1,
+            "hint: is this a manifest? a bmoe-bench manifest is TOML with `name = \"...\"` and [[sweep]] blocks",
         ),
     ];
     for (i, (manifest, msg, line, hint)) in cases.iter().enumerate() {

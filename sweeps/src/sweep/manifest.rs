@@ -521,12 +521,73 @@ pub fn parse(path: &Path, text: &str) -> Result<(Manifest, Source), ManifestErro
             } else if message.starts_with("missing field") {
                 Some("add the key; docs/sweeps.md lists the required ones".to_string())
             } else {
-                None
+                Some(other_hint(&message, e.span().map(|r| r.start), text))
             };
             let mut err = source.error(e.span(), message);
             err.hint = hint;
             Err(err)
         }
+    }
+}
+
+/// The `hint:` for a TOML or serde error other than an unknown or missing key: the type a key
+/// wants with an example, the allowed values, or, for text that does not look like a
+/// manifest at all, a pointer to the docs.
+fn other_hint(message: &str, at: Option<usize>, text: &str) -> String {
+    // The key on the error's line (`timeout_s = "ten"` -> `timeout_s`), when there is one.
+    let key = at
+        .and_then(|i| text.get(..i))
+        .map(|before| before.rsplit('\n').next().unwrap_or(""))
+        .and_then(|line| line.split_once('=').map(|(k, _)| k))
+        .or_else(|| {
+            at.and_then(|i| text.get(i..))
+                .and_then(|rest| rest.lines().next())
+                .and_then(|line| line.split_once('=').map(|(k, _)| k))
+        })
+        .map(|k| k.trim().trim_start_matches('{').trim())
+        .and_then(|k| k.rsplit([',', '{']).next())
+        .map(|k| k.trim().to_string())
+        .filter(|k| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        });
+    if let Some(expected) = message
+        .strip_prefix("invalid type: ")
+        .and_then(|m| m.split_once(", expected "))
+        .map(|(_, e)| e.trim())
+    {
+        let k = key.as_deref().unwrap_or("key");
+        let is_int = expected.len() > 1
+            && matches!(expected.get(..1), Some("u" | "i"))
+            && expected.get(1..).is_some_and(|w| w.parse::<u32>().is_ok());
+        let (what, example) = match expected {
+            "f64" | "f32" => ("a number".to_string(), format!("`{k} = 10` (no quotes)")),
+            _ if is_int => (
+                "a whole number".to_string(),
+                format!("`{k} = 3` (no quotes)"),
+            ),
+            "a boolean" => (expected.to_string(), format!("`{k} = true` (no quotes)")),
+            "a string" => (expected.to_string(), format!("`{k} = \"...\"`")),
+            "a sequence" => ("an array".to_string(), format!("`{k} = [\"a\", \"b\"]`")),
+            e => (e.to_string(), format!("`{k} = <{e}>`")),
+        };
+        return format!(
+            "`{k}` takes {what}: write e.g. {example}; docs/sweeps.md lists every key and its type"
+        );
+    }
+    if message.starts_with("unknown variant") {
+        return "use one of the values listed above; docs/sweeps.md describes each".to_string();
+    }
+    let manifest_like = text.lines().map(str::trim_start).any(|l| {
+        l.starts_with("[[sweep]]")
+            || l.starts_with("[[model]]")
+            || (l.starts_with("schema") || l.starts_with("name")) && l.contains('=')
+    });
+    if manifest_like {
+        "fix the TOML at this spot: strings need double quotes, arrays brackets, one `key = value` a line; docs/sweeps.md shows the schema".to_string()
+    } else {
+        "is this a manifest? a bmoe-bench manifest is TOML with `name = \"...\"` and [[sweep]] blocks; see docs/sweeps.md and examples/sweeps/*.toml".to_string()
     }
 }
 
