@@ -383,12 +383,123 @@ fn run_drop(a: &DropArgs) -> Result<String> {
 }
 
 fn read_run(path: &std::path::Path, trim: usize) -> Result<metrics::RunStats> {
-    metrics::RunStats::read(path, trim)?.ok_or_else(|| {
-        AnalyzeError::Empty(format!(
-            "{}: no wall_ms values (no token rows) after --trim {trim}",
-            path.display()
-        ))
-    })
+    check_metrics_kind(path)?;
+    match metrics::RunStats::read(path, trim)? {
+        Some(run) => Ok(run),
+        None => Err(no_walls(path, trim)),
+    }
+}
+
+/// A route/compute/io trace given to `metrics`: name the command that reads it.
+fn check_metrics_kind(path: &std::path::Path) -> Result<()> {
+    use std::io::Read as _;
+    let mut head = [0u8; 64];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| AnalyzeError::io(path, e))?;
+    let head = String::from_utf8_lossy(&head[..n]);
+    for (magic, kind, cmd, also) in [
+        (
+            "# route_trace",
+            "a route trace",
+            "route",
+            " (or `replay` / `drop`)",
+        ),
+        ("# compute_trace", "a compute trace", "compute", ""),
+        ("# io_trace", "an io trace", "io", ""),
+    ] {
+        if head.starts_with(magic) {
+            return Err(AnalyzeError::Invalid {
+                message: format!("{}: this is {kind}, not a metrics CSV", path.display()),
+                hint: format!("read it with `bmoe-analyze {cmd} {}`{also}", path.display()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` opens as a metrics CSV (its magic line and header); bad rows are found later.
+fn is_metrics_csv(path: &std::path::Path) -> bool {
+    check_metrics_kind(path).is_ok() && bmoe_telemetry::metrics::MetricsReader::open(path).is_ok()
+}
+
+/// Why a metrics CSV gave no token times: empty file, no `wall_ms` column, no token rows, or
+/// every row dropped by `--trim`.
+fn no_walls(path: &std::path::Path, trim: usize) -> AnalyzeError {
+    let shown = path.display();
+    let file = match bmoe_telemetry::metrics::MetricsFile::read(path) {
+        Ok(file) => file,
+        Err(e) => return AnalyzeError::from_telemetry(path, e),
+    };
+    let (message, hint) = if file.header.is_empty() {
+        (
+            format!("{shown}: no header and no token rows (an empty file?)"),
+            "pass the metrics CSV of a run that generated tokens (`bmoe-cli --csv FILE`)"
+                .to_string(),
+        )
+    } else if !file.header.iter().any(|c| c == "wall_ms") {
+        (
+            format!(
+                "{shown}: the header has no `wall_ms` column; metrics needs each token's wall time (columns: {})",
+                file.header.join(",")
+            ),
+            "pass a bmoe metrics CSV (v0/v1/v2 all have wall_ms); the format is in docs/telemetry.md".to_string(),
+        )
+    } else {
+        let rows = file.rows.iter().filter(|r| r.wall_ms.is_some()).count();
+        if rows == 0 {
+            (
+                format!("{shown}: no token rows (the run stopped before its first token?)"),
+                "pass the metrics CSV of a run that generated tokens".to_string(),
+            )
+        } else {
+            (
+                format!("{shown}: --trim {trim} drops all {rows} token rows"),
+                format!("use a --trim below {rows}"),
+            )
+        }
+    };
+    AnalyzeError::Invalid { message, hint }
+}
+
+/// Metrics CSVs in `dir` (`*.csv`, sorted).
+fn csv_files(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
+    let mut inside: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| AnalyzeError::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|q| q.is_file() && q.extension().is_some_and(|x| x == "csv"))
+        .collect();
+    inside.sort();
+    Ok(inside)
+}
+
+/// A directory that holds metrics CSVs but none of bench-analyze's `<model>_<config>.csv`
+/// matrix files is reported run by run (its bench tables would be empty). A directory with no
+/// CSV at all keeps the reference's (empty) tables.
+fn loose_runs(dir: &std::path::Path, markdown: Option<&std::path::Path>) -> Result<bool> {
+    let csvs = csv_files(dir)?;
+    if csvs.is_empty() || !metrics::bench_dir(dir)?.runs.is_empty() {
+        return Ok(false);
+    }
+    if let Some(md) = markdown {
+        return Err(AnalyzeError::Invalid {
+            message: format!(
+                "metrics {} --markdown {}: the directory has {} CSV file(s) but no bench matrix run (<model>_<config>.csv, e.g. qwen_c4000_l4.csv)",
+                dir.display(),
+                md.display(),
+                csvs.len()
+            ),
+            hint:
+                "drop --markdown to get one row per run, or pass a bench-analyze session directory"
+                    .into(),
+        });
+    }
+    eprintln!(
+        "note: {}: no bench matrix run (<model>_<config>.csv); reporting its metrics CSVs run by run ({} CSV files)",
+        dir.display(),
+        csvs.len()
+    );
+    Ok(true)
 }
 
 fn run_metrics(a: &MetricsArgs) -> Result<String> {
@@ -430,6 +541,7 @@ fn run_metrics(a: &MetricsArgs) -> Result<String> {
                     .into(),
             });
         }
+        check_metrics_kind(csv)?;
         plot::token_breakdown(out, csv, a.trim)?;
         eprintln!("plot -> {}", out.display());
     }
@@ -469,6 +581,7 @@ fn run_metrics(a: &MetricsArgs) -> Result<String> {
     }
     if let [dir] = a.paths.as_slice()
         && dir.is_dir()
+        && !loose_runs(dir, a.markdown.as_deref())?
     {
         let bench = metrics::bench_dir(dir)?;
         let runs: Vec<metrics::RunStats> = bench.runs.iter().map(|b| b.run.clone()).collect();
@@ -502,27 +615,42 @@ fn run_metrics(a: &MetricsArgs) -> Result<String> {
     let mut files = Vec::new();
     for p in &a.paths {
         if p.is_dir() {
-            let mut inside: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| AnalyzeError::io(p, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|q| q.extension().is_some_and(|x| x == "csv"))
-                .collect();
-            inside.sort();
-            files.extend(inside);
+            let inside = csv_files(p)?;
+            if inside.is_empty() {
+                return Err(AnalyzeError::Invalid {
+                    message: format!("{}: no *.csv file in this directory", p.display()),
+                    hint: "pass metrics CSV files or a directory holding them".into(),
+                });
+            }
+            for q in inside {
+                // A session directory also holds other CSVs (replay curves, …): skip those.
+                if is_metrics_csv(&q) {
+                    files.push(q);
+                } else {
+                    eprintln!("note: skipping {}: not a metrics CSV", q.display());
+                }
+            }
+            if files.is_empty() {
+                return Err(AnalyzeError::Invalid {
+                    message: format!("{}: none of its CSV files is a metrics CSV", p.display()),
+                    hint:
+                        "pass a directory of bmoe metrics CSVs (`bmoe-cli --csv FILE` writes one)"
+                            .into(),
+                });
+            }
         } else {
             files.push(p.clone());
         }
     }
     let mut runs = Vec::new();
     for p in &files {
-        if let Some(r) = metrics::RunStats::read(p, a.trim)? {
-            runs.push(r);
-        }
+        runs.push(read_run(p, a.trim)?);
     }
     if runs.is_empty() {
-        return Err(AnalyzeError::Empty(
-            "no metrics rows (wall_ms) in the given files".into(),
-        ));
+        return Err(AnalyzeError::Invalid {
+            message: "metrics: no metrics CSV given".into(),
+            hint: "pass metrics CSV files, a directory of them, or `--compare A B`".into(),
+        });
     }
     Ok(match a.format {
         Format::Json => format!("{:#}\n", metrics::runs_json(&runs)),

@@ -1,0 +1,187 @@
+//! `bmoe-analyze metrics` on inputs that are not a plain list of good metrics CSVs: a directory
+//! of runs without the bench matrix names, files without `wall_ms`, empty files, other traces.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
+        .args(args)
+        .output()
+        .expect("run bmoe-analyze")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const METRICS: &str = "# bmoe_metrics v1\n# model=toy.gguf arch=toy n_layer=2 n_expert=8 n_expert_used=2 threads=4 n_ctx=512\n\
+# moe_stream=1 cache_mb=100 dense_weights=anon\n\
+step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n\
+1,3,100.0,1.0,50.0,0,0.0,0.0\n2,3,200.0,1.0,50.0,0,0.0,0.0\n3,3,300.0,1.0,50.0,0,0.0,0.0\n";
+
+fn write(dir: &Path, name: &str, body: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, body).expect("write temp file");
+    p.display().to_string()
+}
+
+fn shared_dir(rel: &str) -> Option<PathBuf> {
+    let root = std::env::var_os("BMOE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
+    let p = root.join(rel);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("SKIP: {} not found (set BMOE_SHARED)", p.display());
+        None
+    }
+}
+
+/// Failure on stderr with the message and a hint, nothing on stdout.
+fn assert_fails(out: &Output, message: &str, hint: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        out.stdout.is_empty(),
+        "no partial output: {}",
+        text(&out.stdout)
+    );
+    assert!(err.contains(message), "{err}");
+    assert!(err.contains(&format!("\nhint: {hint}")), "{err}");
+}
+
+#[test]
+fn a_directory_of_runs_without_matrix_names_is_reported_run_by_run() {
+    let Some(dir) = shared_dir("realdata/2026-07-20-cache-replay") else {
+        return;
+    };
+    let d = dir.display().to_string();
+    let out = run(&["metrics", &d]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("====="), "no empty bench tables: {stdout}");
+    for run in [
+        "qwen-lru_a.csv",
+        "qwen-lru_b.csv",
+        "qwen-lfu_a.csv",
+        "qwen-lfu_b.csv",
+        "cliff_k4_c1500.csv",
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.ends_with(run) && l.contains(" 256 ")),
+            "{run} reported with its 256 tokens: {stdout}"
+        );
+    }
+    assert!(err.contains("no bench matrix run"), "{err}");
+    assert!(err.contains("skipping") && err.contains("qwen-curve.csv: not a metrics CSV"));
+    let json = run(&["metrics", &d, "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(v.as_array().map(Vec::len), Some(8), "{v:#}");
+    let md = run(&["metrics", &d, "--markdown", "/nonexistent/x.md"]);
+    assert_fails(&md, "no bench matrix run", "drop --markdown");
+}
+
+#[test]
+fn toy_directory_runs_and_directories_without_metrics_fail() {
+    let d = tempfile::tempdir().expect("tempdir");
+    write(d.path(), "a.csv", METRICS);
+    write(d.path(), "notes.csv", "x,y\n1,2\n");
+    let out = run(&["metrics", &d.path().display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("200.00") && stdout.contains("a.csv"),
+        "{stdout}"
+    );
+
+    let only_other = tempfile::tempdir().expect("tempdir");
+    write(only_other.path(), "notes.csv", "x,y\n1,2\n");
+    let out = run(&["metrics", &only_other.path().display().to_string()]);
+    assert_fails(
+        &out,
+        "none of its CSV files is a metrics CSV",
+        "pass a directory of bmoe metrics CSVs",
+    );
+}
+
+#[test]
+fn missing_wall_ms_empty_files_and_trim_name_the_file_and_the_cause() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let nowall = METRICS
+        .replace("steps,wall_ms,", "steps,")
+        .replace(",3,100.0,", ",3,")
+        .replace(",3,200.0,", ",3,")
+        .replace(",3,300.0,", ",3,");
+    let p = write(d.path(), "nowall.csv", &nowall);
+    assert_fails(
+        &run(&["metrics", &p]),
+        &format!("{p}: the header has no `wall_ms` column; metrics needs each token's wall time"),
+        "pass a bmoe metrics CSV",
+    );
+    let e = write(d.path(), "empty.csv", "");
+    assert_fails(
+        &run(&["metrics", &e]),
+        &format!("{e}: no header and no token rows"),
+        "pass the metrics CSV of a run that generated tokens",
+    );
+    let header_only: String = METRICS.lines().take(4).map(|l| format!("{l}\n")).collect();
+    let h = write(d.path(), "header.csv", &header_only);
+    assert_fails(
+        &run(&["metrics", &h]),
+        &format!("{h}: no token rows"),
+        "pass the metrics CSV of a run that generated tokens",
+    );
+    let good = write(d.path(), "good.csv", METRICS);
+    assert_fails(
+        &run(&["metrics", &good, "--trim", "3"]),
+        &format!("{good}: --trim 3 drops all 3 token rows"),
+        "use a --trim below 3",
+    );
+    // One bad file among good ones fails too (never a partial table).
+    assert_fails(
+        &run(&["metrics", &good, &p]),
+        "no `wall_ms` column",
+        "pass a bmoe metrics CSV",
+    );
+    // --compare names the file the same way.
+    assert_fails(
+        &run(&["metrics", "--compare", &good, &p]),
+        &format!("{p}: the header has no `wall_ms` column"),
+        "pass a bmoe metrics CSV",
+    );
+}
+
+#[test]
+fn a_route_trace_given_to_metrics_points_to_the_route_command() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let route = write(
+        d.path(),
+        "t.route.csv",
+        "# route_trace v1\n# model=/m/toy.gguf arch=toy n_layer=1 n_expert=8 n_expert_used=2\n\
+turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n0,1,0,0,0,1,0.5,0,1\n",
+    );
+    assert_fails(
+        &run(&["metrics", &route]),
+        &format!("{route}: this is a route trace, not a metrics CSV"),
+        &format!("read it with `bmoe-analyze route {route}` (or `replay` / `drop`)"),
+    );
+    let io = write(d.path(), "x.io.csv", "# io_trace v1\n");
+    assert_fails(
+        &run(&["metrics", "--compare", &io, &route]),
+        "this is an io trace",
+        &format!("read it with `bmoe-analyze io {io}`"),
+    );
+    if let Some(q) = shared_dir("realdata/2026-07-15-route-trace/qwen.route.csv") {
+        let q = q.display().to_string();
+        assert_fails(
+            &run(&["metrics", &q]),
+            "this is a route trace, not a metrics CSV",
+            &format!("read it with `bmoe-analyze route {q}`"),
+        );
+    }
+}
