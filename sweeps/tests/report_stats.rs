@@ -428,3 +428,64 @@ fn route_traced_runs_are_not_averaged_and_get_no_ratio() {
         .unwrap_or_else(|| panic!("no Not averaged line: {md}"));
     assert!(not_averaged.contains("traced (route_trace)"), "{md}");
 }
+
+/// `--findings` on an explicit-cells sweep (cells set different axes) of 3 repetitions whose
+/// runs disagree: the cells are what varies, axis values sort as numbers, and the caveat does
+/// not ask for the 3 repetitions there already were.
+#[test]
+fn findings_name_explicit_cells_sort_numbers_and_advise_by_cause() {
+    let t = tempfile::tempdir().expect("tmp");
+    let root = t.path();
+    let cells: [(&str, Value); 4] = [
+        ("mmap", json!({})),
+        ("c0", json!({"stream": "true", "cache": "0"})),
+        ("c16", json!({"stream": "true", "cache": "16"})),
+        ("c2", json!({"stream": "true", "cache": "2"})),
+    ];
+    let mut lines = String::new();
+    let mut pos = 0;
+    for rep in ["r1", "r2", "r3"] {
+        for (cell, axes) in &cells {
+            // 1, 10 and 100 tok/s: a t interval over them reaches far below 0.
+            let wall = match rep {
+                "r1" => 1000.0,
+                "r2" => 100.0,
+                _ => 10.0,
+            };
+            write_run(
+                root,
+                &format!("s/{cell}/{rep}"),
+                &[wall; 3],
+                &[1.0; 3],
+                0.0,
+                None,
+            );
+            let mut rec = record(pos, cell, rep, false);
+            rec["axes"] = axes.clone();
+            lines.push_str(&format!("{rec}\n"));
+            pos += 1;
+        }
+    }
+    std::fs::write(root.join("results.jsonl"), lines).expect("jsonl");
+    let (ok, _, err) = report(root, &["--findings"]);
+    assert!(ok, "{err}");
+    let f = std::fs::read_to_string(root.join("findings.md")).expect("findings.md");
+    let varies = f
+        .lines()
+        .find(|l| l.starts_with("- what varies:"))
+        .expect("what varies");
+    assert_eq!(
+        varies,
+        "- what varies: `cache` ∈ {0, 2, 16, (not set)}; `stream` ∈ {true, (not set)} (4 cells: `mmap`, `c0`, `c16`, `c2`)"
+    );
+    let caveat = f
+        .lines()
+        .find(|l| l.starts_with("- across-run intervals not reported"))
+        .expect("caveat");
+    assert!(!caveat.contains("Run at least 3 repetitions"), "{caveat}");
+    assert!(
+        caveat.contains("The runs disagree too much for a Student-t interval"),
+        "{caveat}"
+    );
+    assert!(f.contains("(3 repetition(s) per cell)"), "{f}");
+}

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use super::Report;
 use super::render::{markdown, num};
+use super::stats::MIN_RUNS_FOR_CI;
 
 fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("—".into(), |v| format!("{v:.digits$}"))
@@ -77,31 +78,7 @@ pub fn skeleton(r: &Report) -> String {
         "- binaries: {}",
         binaries.into_iter().collect::<Vec<_>>().join(", ")
     );
-    let mut axes: indexmap::IndexMap<String, BTreeSet<String>> = indexmap::IndexMap::new();
-    for rec in &r.records {
-        for (k, v) in &rec.axes {
-            axes.entry(k.clone()).or_default().insert(v.clone());
-        }
-    }
-    let varying: Vec<String> = axes
-        .iter()
-        .filter(|(_, v)| v.len() > 1)
-        .map(|(k, v)| {
-            format!(
-                "`{k}` ∈ {{{}}}",
-                v.iter().cloned().collect::<Vec<_>>().join(", ")
-            )
-        })
-        .collect();
-    let _ = writeln!(
-        s,
-        "- what varies: {}",
-        if varying.is_empty() {
-            "nothing (single cell)".into()
-        } else {
-            varying.join("; ")
-        }
-    );
+    let _ = writeln!(s, "- what varies: {}", what_varies(r));
     let counted = r.records.iter().filter(|x| !x.warmup).count();
     let warm = r.records.len() - counted;
     let reps = r.records.iter().map(|x| x.pass).max().unwrap_or(0);
@@ -265,10 +242,33 @@ pub fn skeleton(r: &Report) -> String {
         })
         .collect();
     if !flagged.is_empty() {
+        let few = r
+            .rows
+            .iter()
+            .any(|row| row.stats.reps_ci_note.is_some() && row.stats.runs < MIN_RUNS_FOR_CI);
+        let spread = r
+            .rows
+            .iter()
+            .any(|row| row.stats.reps_ci_note.is_some() && row.stats.runs >= MIN_RUNS_FOR_CI);
+        let mut advice = Vec::new();
+        if few {
+            advice.push(format!("Run at least {MIN_RUNS_FOR_CI} repetitions."));
+        }
+        if spread {
+            advice.push(format!(
+                "{} disagree too much for a Student-t interval: look for the outlier in the run order and device state below, and add repetitions.",
+                if few {
+                    format!("Where there were {MIN_RUNS_FOR_CI} or more runs, they")
+                } else {
+                    "The runs".to_string()
+                }
+            ));
+        }
         let _ = writeln!(
             s,
-            "- across-run intervals not reported as results: {}. Run at least 3 repetitions.",
-            flagged.join(", ")
+            "- across-run intervals not reported as results: {}. {}",
+            flagged.join(", "),
+            advice.join(" ")
         );
         any = true;
     }
@@ -296,4 +296,61 @@ pub fn skeleton(r: &Report) -> String {
         let _ = writeln!(s, "- `{}` {} → `{}/`", x.cell, x.rep, x.dir);
     }
     s
+}
+
+/// Axis values in a readable order: numbers numerically (`0, 2, 16`), before any text.
+fn cmp_values(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => x.total_cmp(&y),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => a.cmp(b),
+    }
+}
+
+/// The setup's "what varies" line: every axis that takes more than one value across the cells
+/// (an axis a cell does not set counts as `(not set)`, as in explicit cell lists), then the
+/// cells themselves when there are several.
+fn what_varies(r: &Report) -> String {
+    const UNSET: &str = "(not set)";
+    let mut cells: Vec<(&str, &str)> = Vec::new();
+    let mut axes: indexmap::IndexMap<&str, Vec<&str>> = indexmap::IndexMap::new();
+    for rec in &r.records {
+        if !cells.contains(&(rec.sweep.as_str(), rec.cell.as_str())) {
+            cells.push((&rec.sweep, &rec.cell));
+        }
+        for k in rec.axes.keys() {
+            axes.entry(k).or_default();
+        }
+    }
+    for rec in &r.records {
+        for (k, vals) in &mut axes {
+            let v = rec.axes.get(*k).map_or(UNSET, String::as_str);
+            if !vals.contains(&v) {
+                vals.push(v);
+            }
+        }
+    }
+    let varying: Vec<String> = axes
+        .iter_mut()
+        .filter(|(_, v)| v.len() > 1)
+        .map(|(k, v)| {
+            v.sort_by(|a, b| match (*a == UNSET, *b == UNSET) {
+                (true, false) => std::cmp::Ordering::Greater,
+                (false, true) => std::cmp::Ordering::Less,
+                _ => cmp_values(a, b),
+            });
+            format!("`{k}` ∈ {{{}}}", v.join(", "))
+        })
+        .collect();
+    if cells.len() <= 1 {
+        return "nothing (single cell)".into();
+    }
+    let names: Vec<String> = cells.iter().map(|(_, c)| format!("`{c}`")).collect();
+    let list = format!("{} cells: {}", cells.len(), names.join(", "));
+    if varying.is_empty() {
+        list
+    } else {
+        format!("{} ({list})", varying.join("; "))
+    }
 }
