@@ -9,7 +9,7 @@ use bmoe_stats::{
     BootstrapCi, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, median, percentile_linear,
 };
 use bmoe_telemetry::kv::{KvMap, read_sidecar};
-use bmoe_telemetry::metrics::MetricsFile;
+use bmoe_telemetry::metrics::{Instrumentation, MetricsFile, describe_instrumentation};
 
 use crate::pyfmt::f;
 use crate::{AnalyzeError, Result};
@@ -99,8 +99,11 @@ pub struct RunStats {
     pub cpu_max_c: f64,
     /// Sidecar battery temperature max (°C).
     pub batt_max_c: f64,
-    /// Run was traced/probed (`predict_log`, `prefetch_sync`, compute trace): not a benchmark.
+    /// Run was traced/probed (any of [`bmoe_telemetry::metrics::INSTRUMENTED_KEYS`]): not a
+    /// benchmark.
     pub instrumented: bool,
+    /// The preamble keys that made it instrumented, with their kind (empty when it was not).
+    pub instrumented_by: Vec<(&'static str, Instrumentation)>,
     /// Sampling was stochastic (`temp>0`).
     pub stochastic: bool,
 }
@@ -182,6 +185,7 @@ impl RunStats {
             cpu_max_c: num(side.get("cpu_temp_max_mC")) / 1000.0,
             batt_max_c: num(side.get("batt_temp_max_dC")) / 10.0,
             instrumented: file.info.is_instrumented(),
+            instrumented_by: file.info.instrumented_by(),
             stochastic: file.info.is_stochastic(),
             walls,
         }))
@@ -533,7 +537,7 @@ pub fn bench_dir(dir: &Path) -> Result<BenchDir> {
 fn run_label(r: &RunStats) -> String {
     let mut s = r.path.display().to_string();
     if r.instrumented {
-        s.push_str(" [traced]");
+        let _ = write!(s, " [{}]", describe_instrumentation(&r.instrumented_by));
     }
     if r.stochastic {
         s.push_str(" [stochastic]");
@@ -668,6 +672,7 @@ pub fn runs_json(runs: &[RunStats]) -> serde_json::Value {
         runs.iter()
             .map(|r| {
                 let ci = r.token_ms_ci();
+                let by: Vec<&str> = r.instrumented_by.iter().map(|(k, _)| *k).collect();
                 serde_json::json!({
                     "path": r.path.display().to_string(),
                     "tokens": r.walls.len(),
@@ -678,6 +683,7 @@ pub fn runs_json(runs: &[RunStats]) -> serde_json::Value {
                     "median_tok_per_s": r.median(),
                     "p95_tok_per_s": r.p95(),
                     "instrumented": r.instrumented,
+                    "instrumented_by": by,
                     "stochastic": r.stochastic,
                 })
             })

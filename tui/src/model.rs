@@ -234,14 +234,17 @@ impl RunConfig {
     /// Why this run is not a benchmark (traced, probed, stochastic, speculated); empty when it is
     /// one as far as its facts say.
     pub fn not_benchmark_reasons(&self) -> Vec<&'static str> {
+        use bmoe_telemetry::metrics::{Instrumentation, instrumented_keys};
         let mut why = Vec::new();
-        if self.num("compute_trace_layers").is_some_and(|n| n > 0.0)
-            || self.flag("compute_trace") == Some(true)
+        // The preamble keys go through the one check bmoe-analyze and bmoe-bench use; `traced`
+        // is this panel's own fact from a spawned argv (`--route-trace` etc.).
+        let by = instrumented_keys(|k| self.get(k));
+        if by.iter().any(|(_, k)| *k == Instrumentation::Traced)
             || self.flag("traced") == Some(true)
         {
             why.push("traced");
         }
-        if self.flag("predict_log") == Some(true) || self.flag("prefetch_sync") == Some(true) {
+        if by.iter().any(|(_, k)| *k == Instrumentation::Probed) {
             why.push("probed");
         }
         if self.num("temp").is_some_and(|t| t > 0.0) {
