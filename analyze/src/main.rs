@@ -226,7 +226,21 @@ fn run_route(a: &RouteArgs) -> Result<String> {
         }
         plot::check_path(path)?;
     }
-    let trace = read_route(&a.trace, filter)?;
+    let views = a.view.expand();
+    let needs_residency = if views.contains(&View::Cache) {
+        Some(if a.view == View::Cache {
+            "--view cache".to_string()
+        } else {
+            format!("--view {} (its cache view)", view_name(a.view))
+        })
+    } else if views.contains(&View::Matrix) && a.cells == CellMode::Hit {
+        Some("--view matrix --cells hit".to_string())
+    } else if views.contains(&View::Matrix) && a.format != Format::Text {
+        Some("--view matrix --format json/csv (its rows list residency)".to_string())
+    } else {
+        None
+    };
+    let trace = read_route(&a.trace, filter, needs_residency.as_deref())?;
     let opt = route::RouteOptions {
         view: a.view,
         filter,
@@ -268,8 +282,14 @@ fn run_route(a: &RouteArgs) -> Result<String> {
 }
 
 /// Reads a route trace; a last line cut short (a killed writer) is left out and said on stderr.
-fn read_route(path: &std::path::Path, filter: RouteFilter) -> Result<RouteTrace> {
-    let trace = RouteTrace::read(path, filter)?;
+/// Read a route trace; `residency_needed_by` names the analysis that reads the `residency`
+/// column (`None`: a trace without it is accepted).
+fn read_route(
+    path: &std::path::Path,
+    filter: RouteFilter,
+    residency_needed_by: Option<&str>,
+) -> Result<RouteTrace> {
+    let trace = RouteTrace::read_for(path, filter, residency_needed_by)?;
     if let Some(cut) = &trace.truncated {
         eprintln!(
             "note: {}: line {} has no line end and does not parse (the writer was killed?); it was left out",
@@ -298,6 +318,7 @@ fn run_replay(a: &ReplayArgs) -> Result<String> {
             phase: Phase::All,
             all_columns: true,
         },
+        None,
     )?;
     let opt = replay::ReplayOptions {
         budgets,
@@ -348,7 +369,11 @@ fn run_drop(a: &DropArgs) -> Result<String> {
                     hint: "pass a route trace (`# route_trace v1` with a `# model=... n_expert_used=` line)".into(),
                 });
             }
-            let t = read_route(path, RouteFilter { turn: None, phase: Phase::All, all_columns: true })?;
+            let t = read_route(
+                path,
+                RouteFilter { turn: None, phase: Phase::All, all_columns: true },
+                Some("drop (a routing's hit or miss decides what dropping it saves)"),
+            )?;
             Ok(drop::report_with_tables(&t, &mut tables).unwrap_or_default())
         });
         match result {

@@ -168,6 +168,31 @@ impl RouteTrace {
         Ok(Self::from_table(table))
     }
 
+    /// [`Self::read`], except that a header without `residency` is accepted when the analysis
+    /// never looks at it: `needed_by` = `None` reads every row as residency 0 (a miss), which no
+    /// caller then uses; `Some(what)` makes the missing column an error naming `what` needs it.
+    pub fn read_for(path: &Path, filter: RouteFilter, needed_by: Option<&str>) -> Result<Self> {
+        match RouteTable::read(path, &filter.select()) {
+            Ok(table) => Ok(Self::from_table(table)),
+            Err(bmoe_telemetry::Error::MissingColumn { column, .. }) if column == "residency" => {
+                if let Some(what) = needed_by {
+                    return Err(AnalyzeError::MissingColumn {
+                        path: path.to_path_buf(),
+                        column,
+                        why: format!("{what} needs each routing's residency"),
+                    });
+                }
+                let file = std::fs::File::open(path).map_err(|e| AnalyzeError::io(path, e))?;
+                Self::from_reader(
+                    path,
+                    AddResidency::new(std::io::BufReader::new(file)),
+                    filter,
+                )
+            }
+            Err(e) => Err(AnalyzeError::from_telemetry(path, e)),
+        }
+    }
+
     fn from_table(t: RouteTable) -> Self {
         Self {
             meta: RouteMeta::from_info(&t.info),
@@ -178,6 +203,61 @@ impl RouteTrace {
             total_rows: usize::try_from(t.total_rows).unwrap_or(usize::MAX),
             truncated: t.truncated,
         }
+    }
+}
+
+/// A route trace without a `residency` column, read as if it had one of zeros: the header
+/// gains `,residency` and every data line `,0`; `#` lines and line numbers are unchanged.
+struct AddResidency<R> {
+    inner: R,
+    buf: Vec<u8>,
+    pos: usize,
+    header_done: bool,
+}
+
+impl<R: std::io::BufRead> AddResidency<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            buf: Vec::new(),
+            pos: 0,
+            header_done: false,
+        }
+    }
+}
+
+impl<R: std::io::BufRead> std::io::Read for AddResidency<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos >= self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+            let mut line = Vec::new();
+            if self.inner.read_until(b'\n', &mut line)? == 0 {
+                return Ok(0);
+            }
+            let end = if line.ends_with(b"\r\n") {
+                2
+            } else {
+                usize::from(line.ends_with(b"\n"))
+            };
+            let (body, eol) = line.split_at(line.len() - end);
+            if body.is_empty() || body.starts_with(b"#") {
+                self.buf = line;
+                continue;
+            }
+            self.buf.extend_from_slice(body);
+            if self.header_done {
+                self.buf.extend_from_slice(b",0");
+            } else {
+                self.header_done = true;
+                self.buf.extend_from_slice(b",residency");
+            }
+            self.buf.extend_from_slice(eol);
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 
