@@ -246,7 +246,8 @@ pub struct ReplayResult {
     pub dec_hits: u64,
     /// Most bytes resident after any batch's evictions: what the policy really held. `lru`,
     /// `lfu`, `random` and `belady` exceed the budget only by the batch being staged; the layer
-    /// policies keep every layer's last batch, so below one token cycle they hold up to T.
+    /// policies keep every layer's last batch: about T in decode, and right after prefill
+    /// every layer's whole prefill batch.
     pub peak_bytes: u64,
 }
 
