@@ -1,19 +1,12 @@
 //! `bmoe-analyze metrics` on inputs that are not a plain list of good metrics CSVs: a directory
 //! of runs without the bench matrix names, files without `wall_ms`, empty files, other traces.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
-        .args(args)
-        .output()
-        .expect("run bmoe-analyze")
-}
+use common::{run, shared_path, text};
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use std::path::Path;
+use std::process::Output;
 
 const METRICS: &str = "# bmoe_metrics v1\n# model=toy.gguf arch=toy n_layer=2 n_expert=8 n_expert_used=2 threads=4 n_ctx=512\n\
 # moe_stream=1 cache_mb=100 dense_weights=anon\n\
@@ -24,19 +17,6 @@ fn write(dir: &Path, name: &str, body: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, body).expect("write temp file");
     p.display().to_string()
-}
-
-fn shared_dir(rel: &str) -> Option<PathBuf> {
-    let root = std::env::var_os("BMOE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
-    let p = root.join(rel);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: {} not found (set BMOE_SHARED)", p.display());
-        None
-    }
 }
 
 /// Failure on stderr with the message and a hint, nothing on stdout.
@@ -54,7 +34,7 @@ fn assert_fails(out: &Output, message: &str, hint: &str) {
 
 #[test]
 fn a_directory_of_runs_without_matrix_names_is_reported_run_by_run() {
-    let Some(dir) = shared_dir("realdata/2026-07-20-cache-replay") else {
+    let Some(dir) = shared_path("realdata/2026-07-20-cache-replay") else {
         return;
     };
     let d = dir.display().to_string();
@@ -176,7 +156,7 @@ turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n0,1,0,0,0,1,0.5
         "this is an io trace",
         &format!("read it with `bmoe-analyze io {io}`"),
     );
-    if let Some(q) = shared_dir("realdata/2026-07-15-route-trace/qwen.route.csv") {
+    if let Some(q) = shared_path("realdata/2026-07-15-route-trace/qwen.route.csv") {
         let q = q.display().to_string();
         assert_fails(
             &run(&["metrics", &q]),

@@ -4,8 +4,12 @@
 //! the layer policies keep every layer's last batch whatever the budget, so they are compared
 //! with belady given the bytes they really held.
 
+mod common;
+
+use common::shared_path;
+
 use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bmoe_analyze::replay::{self, Policy, ReplayOptions, ReplayReport};
 use bmoe_analyze::route::{Phase, RouteFilter, RouteTrace};
@@ -195,26 +199,13 @@ fn layer_policies_hold_every_layers_last_batch_beyond_the_budget() {
     assert_eq!(cell(&rep, 4.0, Policy::Belady).dec_hits, 8);
 }
 
-fn shared_file(rel: &str) -> Option<PathBuf> {
-    let root = std::env::var_os("BMOE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
-    let p = root.join(rel);
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: {} not found (set BMOE_SHARED)", p.display());
-        None
-    }
-}
-
 /// On the real phone traces: belady ≥ lru, lfu, random at every default budget; every layer
 /// policy cell that beats belady held more bytes than the budget, and belady given one token
 /// cycle (T, what a layer policy holds in decode) is at least as good.
 #[test]
 fn belady_bounds_every_policy_given_the_bytes_it_holds_on_real_traces() {
     for name in ["qwen", "gemma"] {
-        let Some(path) = shared_file(&format!("realdata/2026-07-15-route-trace/{name}.route.csv"))
+        let Some(path) = shared_path(&format!("realdata/2026-07-15-route-trace/{name}.route.csv"))
         else {
             continue;
         };

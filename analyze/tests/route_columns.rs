@@ -1,19 +1,9 @@
 //! A route trace without the `residency` column: the analyses that never read it run as on
 //! the full trace; the ones that do fail naming the column and the view that needs it.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
-        .args(args)
-        .output()
-        .expect("run bmoe-analyze")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{run, shared_path, text};
 
 /// The trace with its `residency` column (the 8th) cut out of the header and every row.
 fn without_residency(trace: &str) -> String {
@@ -103,22 +93,9 @@ fn views_that_do_not_read_residency_run_without_it() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
-fn shared_file(rel: &str) -> Option<PathBuf> {
-    let root = std::env::var_os("BMOE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
-    let p = root.join(rel);
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: {} not found (set BMOE_SHARED)", p.display());
-        None
-    }
-}
-
 #[test]
 fn the_real_qwen_trace_without_residency() {
-    let Some(q) = shared_file("realdata/2026-07-15-route-trace/qwen.route.csv") else {
+    let Some(q) = shared_path("realdata/2026-07-15-route-trace/qwen.route.csv") else {
         return;
     };
     let body = std::fs::read_to_string(&q).expect("read qwen trace");

@@ -55,6 +55,12 @@ fn record(pos: usize, cell: &str, rep: &str, warmup: bool) -> Value {
         "dir": format!("s/{cell}/{rep}"), "axes": {"cache": if cell == "a" { "0" } else { "8" }}})
 }
 
+/// Writes `recs` as the results directory's `results.jsonl`, one record per line.
+fn write_records(root: &Path, recs: &[Value]) {
+    let text: String = recs.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(root.join("results.jsonl"), text).expect("jsonl");
+}
+
 fn report(root: &Path, args: &[&str]) -> (bool, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_bmoe-bench"))
         .arg("report")
@@ -94,8 +100,7 @@ fn report_matches_hand_computed_statistics() {
         record(4, "b", "r2", false),
         record(5, "b", "r3", false),
     ];
-    let text: String = recs.iter().map(|r| format!("{r}\n")).collect();
-    std::fs::write(root.join("results.jsonl"), text).expect("jsonl");
+    write_records(root, &recs);
 
     let (ok, out, err) = report(root, &["-f", "json", "--baseline", "a"]);
     assert!(ok, "{err}");
@@ -250,8 +255,7 @@ fn across_run_intervals_are_results_only_when_informative() {
             recs.push(record(recs.len(), cell, &rep, false));
         }
     }
-    let text: String = recs.iter().map(|r| format!("{r}\n")).collect();
-    std::fs::write(root.join("results.jsonl"), text).expect("jsonl");
+    write_records(root, &recs);
 
     let (ok, out, err) = report(root, &["-f", "json"]);
     assert!(ok, "{err}");
@@ -325,8 +329,7 @@ fn within_run_interval_belongs_to_the_mean_it_is_printed_with() {
         record(4, "a", "r3", false),
         record(5, "b", "r3", false),
     ];
-    let text: String = recs.iter().map(|r| format!("{r}\n")).collect();
-    std::fs::write(root.join("results.jsonl"), text).expect("jsonl");
+    write_records(root, &recs);
 
     let (ok, out, err) = report(root, &["-f", "json", "--baseline", "a"]);
     assert!(ok, "{err}");
@@ -402,8 +405,7 @@ fn route_traced_runs_are_not_averaged_and_get_no_ratio() {
         record(2, "a", "r2", false),
         record(3, "b", "r2", false),
     ];
-    let text: String = recs.iter().map(|r| format!("{r}\n")).collect();
-    std::fs::write(root.join("results.jsonl"), text).expect("jsonl");
+    write_records(root, &recs);
 
     let (ok, out, err) = report(root, &["-f", "json", "--baseline", "a"]);
     assert!(ok, "{err}");
