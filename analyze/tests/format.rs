@@ -1,27 +1,17 @@
 //! `--format json|csv` for compute and io: the same figures as the text report, machine-readable.
 //! Reads the synthetic traces in shared/realdata; skips when shared/ is absent.
 
+mod common;
+
+use common::stdout;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn shared() -> Option<PathBuf> {
     let p = std::env::var_os("BMOE_SHARED")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
     p.join("realdata/synthetic").is_dir().then_some(p)
-}
-
-fn stdout(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
-        .args(args)
-        .output()
-        .expect("run bmoe-analyze");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
 }
 
 /// `# table=` blocks of a CSV: name -> (header, rows).

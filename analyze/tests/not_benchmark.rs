@@ -1,20 +1,9 @@
 //! A run whose preamble says it was traced (`route_trace=1`, written by `bmoe-cli --route-trace`)
 //! is tagged as instrumented in every `metrics` format, naming the key.
 
-use std::process::Command;
+mod common;
 
-fn stdout(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
-        .args(args)
-        .output()
-        .expect("run bmoe-analyze");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
+use common::stdout;
 
 #[test]
 fn a_route_traced_run_is_tagged_instrumented_with_its_key() {

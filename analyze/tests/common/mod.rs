@@ -14,6 +14,20 @@ pub fn run(args: &[&str]) -> Output {
         .expect("run bmoe-analyze")
 }
 
+/// The stdout of a `bmoe-analyze` run that must succeed (its stderr in the failure message).
+pub fn stdout(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe-analyze"))
+        .args(args)
+        .output()
+        .expect("run bmoe-analyze");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
 /// Lossy UTF-8 of a captured stream.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
