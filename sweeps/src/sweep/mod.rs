@@ -127,7 +127,8 @@ pub fn run(args: &SweepArgs) -> Result<()> {
         return run_one(args, one, args.out.clone());
     }
     // Load every manifest first: two that would write into the same directory are refused
-    // before anything runs, and a broken one is reported without stopping the others.
+    // before anything runs (by --check and --dry-run too: they answer "would this run?"), and
+    // a broken one is reported without stopping the others.
     let mut loaded = Vec::new();
     let mut failed: Vec<String> = Vec::new();
     let mut seen: std::collections::BTreeMap<PathBuf, &std::path::Path> = Default::default();
@@ -139,7 +140,7 @@ pub fn run(args: &SweepArgs) -> Result<()> {
                     .clone()
                     .unwrap_or_else(|| PathBuf::from("results"))
                     .join(&plan.name);
-                if let Some(first) = seen.get(&out).filter(|_| !(args.check || args.dry_run)) {
+                if let Some(first) = seen.get(&out) {
                     return Err(Hinted::new(
                         format!(
                             "{} and {} both have name = \"{}\" and would share the results directory {}",
