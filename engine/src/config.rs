@@ -42,6 +42,10 @@ pub struct Cli {
         value_name = "N"
     )]
     pub threads: i64,
+    /// Treat -t as the maximum: each generated token runs with the thread count (-t, its
+    /// halvings, 1) measured fastest lately; helps when other work shares the cores
+    #[arg(long = "adaptive-threads")]
+    pub adaptive_threads: bool,
     /// Context size in tokens (the prompt is prefilled as one batch of up to this size)
     #[arg(
         short = 'c',
@@ -270,8 +274,10 @@ pub struct RunConfig {
     pub prompt: String,
     /// Tokens to generate.
     pub n_predict: usize,
-    /// Compute threads.
+    /// Compute threads (the maximum, with `adaptive_threads`).
     pub threads: usize,
+    /// Choose each generated token's thread count by measurement (`--adaptive-threads`).
+    pub adaptive_threads: bool,
     /// Context size.
     pub n_ctx: u32,
     /// Logical batch (= n_ctx: one-batch prefill).
@@ -516,6 +522,7 @@ impl Cli {
             prompt: self.prompt.clone(),
             n_predict: self.n_predict as usize,
             threads: self.threads as usize,
+            adaptive_threads: self.adaptive_threads,
             n_ctx,
             n_batch: n_ctx,
             n_ubatch: if self.ubatch > 0 {

@@ -275,6 +275,10 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
             ) {
                 m.insert("compute_trace", "1");
             }
+            // `threads` is then the maximum: tokens ran with it or fewer (stderr says how many)
+            if cfg.adaptive_threads {
+                m.insert("threads_adaptive", "1");
+            }
             m
         },
     }

@@ -28,6 +28,7 @@ pub mod run;
 pub mod session;
 pub mod stream;
 pub mod text;
+pub mod threads;
 #[allow(unsafe_code)]
 pub mod vm;
 

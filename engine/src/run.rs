@@ -494,6 +494,8 @@ pub struct Engine<'m> {
     think_ctl: ThinkCtl,
     /// `--dense-weights anon`'s pages, owned while the engine runs.
     _dense_arena: Option<crate::vm::Arena>,
+    /// `--adaptive-threads`: each generated token's compute-thread count (kept across turns).
+    governor: Option<crate::threads::ThreadGovernor>,
 }
 
 impl<'m> Engine<'m> {
@@ -817,6 +819,8 @@ impl<'m> Engine<'m> {
             template,
             think_ctl,
             _dense_arena: dense_arena,
+            governor: (cfg.adaptive_threads && cfg.threads > 1)
+                .then(|| crate::threads::ThreadGovernor::new(cfg.threads)),
         })
     }
 
@@ -1107,6 +1111,11 @@ impl<'m> Engine<'m> {
             }
             g.tokens.push(tok);
             let pos = (n_ctx_tokens + step - 1) as i64;
+            if let Some(g) = self.governor.as_mut() {
+                let n = g.next_threads();
+                // prefill (batched decodes) keeps the full count
+                self.ctx.set_threads(n as i32, cfg.threads as i32);
+            }
             let p0 = process_sample();
             let t0 = Instant::now();
             let loop_overhead_ms = (t0 - last_end).as_secs_f64() * 1e3;
@@ -1172,6 +1181,11 @@ impl<'m> Engine<'m> {
                 compute_ms: 0.0,
             }
             .with_residual();
+            if let Some(g) = self.governor.as_mut() {
+                // flash reads and cache work do not depend on the compute threads: judge the
+                // count by the rest of the token
+                g.record(row.compute_ms);
+            }
             tctx.loop_overhead_s += loop_overhead_ms / 1e3;
             if let Some(sink) = self.csv.as_mut() {
                 let rctx = RowContext {
@@ -1224,6 +1238,9 @@ impl<'m> Engine<'m> {
             tok = next;
         }
         tctx.loop_overhead_s += last_end.elapsed().as_secs_f64();
+        if let Some(gov) = self.governor.as_ref() {
+            let _ = writeln!(note, "bmoe: {}", gov.summary());
+        }
         g.tail = text.finish();
         if self.streaming
             && let (Some(n), Some(b)) = (self.stream_stats(), base)

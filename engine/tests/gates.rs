@@ -578,6 +578,57 @@ fn resident_hook_diagnostic_observes_every_routing_and_changes_nothing() {
     assert_eq!(nodes, 2 * decodes, "{line}");
 }
 
+/// `--adaptive-threads` only changes how each token's work is split over threads: a run that
+/// probes one thread between two-thread tokens gives the same tokens and logits as fixed -t 2,
+/// streamed and resident, and reports how the tokens were split (stderr, CSV preamble).
+#[test]
+fn adaptive_threads_change_no_logit_and_report_the_split() {
+    let m = &models().q8;
+    for mode in [&[][..], &["--moe-stream", "--cache-mb", "1"][..]] {
+        // the same run at a fixed -t 2 (streamed = resident is the other gates' business)
+        let (fixed, _) = trace(m, mode);
+        let dir = tempfile::tempdir().expect("tmp");
+        let csv = dir.path().join("run.csv");
+        let csv_arg = csv.to_string_lossy().into_owned();
+        let mut args: Vec<&str> = mode.to_vec();
+        args.extend(["--adaptive-threads", "--csv", &csv_arg]);
+        let (steps, _, stderr) = trace_full(m, &args);
+        assert_eq!(
+            steps, fixed,
+            "{args:?}: the thread count changed the output"
+        );
+        // 12 tokens: the governor probes one thread after its first 2 (threads.rs FIRST_PROBE)
+        let line = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("bmoe: adaptive threads: "))
+            .unwrap_or_else(|| panic!("no adaptive-threads report in:\n{stderr}"));
+        let at = |t: &str| -> u64 {
+            let counts = line.split("; ").next().unwrap_or_default();
+            counts
+                .split(", ")
+                .find_map(|p| p.strip_suffix(&format!(" token(s) at -t {t}")))
+                .and_then(|n| n.split_whitespace().last()?.parse().ok())
+                .unwrap_or_else(|| panic!("no -t {t} count in {line:?}"))
+        };
+        assert!(at("1") >= 1, "no token ran with one thread: {line}");
+        assert_eq!(at("1") + at("2"), steps.len() as u64, "{line}");
+        let text = std::fs::read_to_string(&csv).expect("csv");
+        let preamble: Vec<&str> = text.lines().take_while(|l| l.starts_with('#')).collect();
+        assert!(
+            preamble
+                .iter()
+                .any(|l| l.split_whitespace().any(|kv| kv == "threads_adaptive=1")),
+            "{preamble:?}"
+        );
+        assert!(
+            preamble
+                .iter()
+                .any(|l| l.split_whitespace().any(|kv| kv == "threads=2")),
+            "{preamble:?}"
+        );
+    }
+}
+
 /// A prompt long enough that every expert of every layer is routed by some token.
 fn long_prompt() -> String {
     (0..3)

@@ -300,6 +300,16 @@ impl<'m, H: EvalHook> Context<'m, H> {
         self.hook.map(|h| unsafe { &mut *h.as_ptr() })
     }
 
+    /// Sets the compute threads of single-token decodes (`n_single`; at most the threadpool's
+    /// size, the context's `n_threads`) for the decodes that follow; batched decodes (prefill)
+    /// keep using `n_batch`. The attached threadpool stays: ggml runs a graph on its first
+    /// `n` threads and the rest skip it.
+    pub fn set_threads(&mut self, n_single: i32, n_batch: i32) {
+        // SAFETY: raw is a live context; llama.cpp only stores the two counts for the next
+        // decode, which needs &mut self as well.
+        unsafe { ll::llama_set_n_threads(self.raw.as_ptr(), n_single, n_batch) };
+    }
+
     /// Runs the model on `tokens` at the next positions; logits only for the last token.
     pub fn decode(&mut self, tokens: &mut [Token]) -> Result<(), DecodeError> {
         let n = i32::try_from(tokens.len()).map_err(|_| DecodeError::Failed(-1))?;
