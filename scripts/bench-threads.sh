@@ -13,6 +13,7 @@
 #   OUT_DIR  raw files (default: a temp dir); a summary goes to stdout
 # Env: N=64 tokens per run, REPS=3, THREADS="1 2", BUSY=1 competing processes, WARMUP=1 (an
 #      untimed run of each mode first: the model's pages into the page cache),
+#      ADAPTIVE=1 (also a run with --adaptive-threads at the largest -t, listed as "a<max>"),
 #      CACHE_MB (streamed cache; default 2 for the tiny model, 4096 otherwise), PROMPT,
 #      BIN (default: a release build of bmoe-cli in the workspace's target dir).
 set -euo pipefail
@@ -80,14 +81,19 @@ for rep in $(seq "$REPS"); do
     for mode in plain stream; do
       mode_args=()
       [ "$mode" = stream ] && mode_args=(--moe-stream --cache-mb "$CACHE_MB")
-      for t in $THREADS; do
+      max_t=$(printf '%s\n' $THREADS | sort -n | tail -1)
+      variants=$THREADS
+      [ "${ADAPTIVE:-1}" = 1 ] && [ "$max_t" -gt 1 ] && variants="$THREADS a$max_t"
+      for t in $variants; do
         tag="r$rep-busy$busy-$mode-t$t"
-        "$BIN" "${model_args[@]}" "${mode_args[@]}" -t "$t" -p "$PROMPT" -n "$N" \
+        t_args=(-t "$t")
+        [ "${t#a}" != "$t" ] && t_args=(-t "${t#a}" --adaptive-threads)
+        "$BIN" "${model_args[@]}" "${mode_args[@]}" "${t_args[@]}" -p "$PROMPT" -n "$N" \
           --ignore-eos --feed-random 7 --csv "$OUT/raw/$tag.csv" \
           > "$OUT/raw/$tag.stdout" 2> "$OUT/raw/$tag.stderr"
         read -r p50 mean < <(wall_stats "$OUT/raw/$tag.csv")
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$busy" "$mode" "$t" "$p50" "$mean" >> "$OUT/results.tsv"
-        echo "  $tag: p50 $p50 ms, mean $mean ms/token" >&2
+        echo "  $tag: p50 $p50 ms, mean $mean ms/token $(grep -o 'adaptive threads: .*' "$OUT/raw/$tag.stderr" || true)" >&2
       done
     done
     stop_busy
@@ -104,7 +110,8 @@ med = {}
 for key in {(r["busy"], r["mode"], r["threads"]) for r in rows}:
     vals = [float(r["mean_ms"]) for r in rows if (r["busy"], r["mode"], r["threads"]) == key]
     med[key] = statistics.median(vals)
-threads = sorted({r["threads"] for r in rows}, key=int)
+# fixed counts in order, then the adaptive runs ("a<max>")
+threads = sorted({r["threads"] for r in rows}, key=lambda t: (t.startswith("a"), int(t.lstrip("a"))))
 print("| busy | mode | -t | mean ms/token (median of reps) | vs idle, same -t | vs -t %s, same load |" % threads[0])
 print("|---:|---|---:|---:|---:|---:|")
 for busy in sorted({k[0] for k in med}, key=int):
