@@ -1111,8 +1111,8 @@ impl<'m> Engine<'m> {
             }
             g.tokens.push(tok);
             let pos = (n_ctx_tokens + step - 1) as i64;
-            if let Some(g) = self.governor.as_mut() {
-                let n = g.next_threads();
+            if let Some(gov) = self.governor.as_mut() {
+                let n = gov.next_threads();
                 // prefill (batched decodes) keeps the full count
                 self.ctx.set_threads(n as i32, cfg.threads as i32);
             }
@@ -1181,10 +1181,10 @@ impl<'m> Engine<'m> {
                 compute_ms: 0.0,
             }
             .with_residual();
-            if let Some(g) = self.governor.as_mut() {
+            if let Some(gov) = self.governor.as_mut() {
                 // flash reads and cache work do not depend on the compute threads: judge the
                 // count by the rest of the token
-                g.record(row.compute_ms);
+                gov.record(row.compute_ms);
             }
             tctx.loop_overhead_s += loop_overhead_ms / 1e3;
             if let Some(sink) = self.csv.as_mut() {
