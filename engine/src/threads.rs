@@ -168,23 +168,25 @@ impl ThreadGovernor {
         self.end_probe();
     }
 
-    fn round_complete(&self) -> bool {
+    /// The challenger after the current one, skipping the best arm.
+    fn following_challenger(&self) -> usize {
         let n = self.arms.len();
-        let mut next = (self.next_challenger + 1) % n;
+        let next = (self.next_challenger + 1) % n;
         if next == self.best {
-            next = (next + 1) % n;
+            (next + 1) % n
+        } else {
+            next
         }
-        next <= self.next_challenger
+    }
+
+    /// Whether the round robin wraps after the current challenger.
+    fn round_complete(&self) -> bool {
+        self.following_challenger() <= self.next_challenger
     }
 
     fn end_probe(&mut self) {
         self.since_probe = 0;
-        let n = self.arms.len();
-        let mut next = (self.next_challenger + 1) % n;
-        if next == self.best {
-            next = (next + 1) % n;
-        }
-        self.next_challenger = next;
+        self.next_challenger = self.following_challenger();
     }
 
     fn mean(&self, arm: usize) -> Option<f64> {
