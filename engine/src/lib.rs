@@ -6,29 +6,18 @@
 //! ([`vm`]); a graph hook ([`hook`]) reads the ids of each `ffn_moe_topk-<il>` node and the
 //! [`stream::Streamer`] reads the missing experts into place before the expert matmuls run.
 
-pub mod autocache;
 pub mod chat;
-pub mod compute_trace;
-pub mod config;
-pub mod csv_sink;
+pub mod cli;
 pub mod decide;
-pub mod default_model;
-pub mod dense;
 #[allow(unsafe_code)]
 pub mod ffi;
-pub mod hook;
-pub mod io_trace;
+pub mod graph;
 pub mod memory;
-pub mod reasoning;
-pub mod registry;
-pub mod report;
-pub mod residency;
-pub mod route_trace;
-pub mod run;
+pub mod model;
 pub mod session;
+pub mod sinks;
 pub mod stream;
-pub mod text;
-pub mod threads;
+pub mod turn;
 #[allow(unsafe_code)]
 pub mod vm;
 

@@ -1,9 +1,9 @@
 //! `bmoe-cli`: run a GGUF model; with `--moe-stream`, stream the routed experts from flash.
 
-use bmoe_engine::config::Cli;
-use bmoe_engine::default_model;
-use bmoe_engine::registry::list_archs_text;
-use bmoe_engine::run::run;
+use bmoe_engine::cli::Cli;
+use bmoe_engine::model::default_model;
+use bmoe_engine::model::registry::list_archs_text;
+use bmoe_engine::turn::run;
 use clap::Parser;
 use std::io::Write;
 use std::process::ExitCode;

@@ -7,8 +7,8 @@
 use bmoe_engine::chat::{ChatTemplate, ThinkCtl};
 use bmoe_engine::decide::{DecideError, DecideSetup, PrefixState, decide};
 use bmoe_engine::ffi::{Context, ContextOptions, Model, ModelOptions, Token};
-use bmoe_engine::hook::MoeHook;
-use bmoe_engine::run::logits_hash;
+use bmoe_engine::graph::hook::MoeHook;
+use bmoe_engine::turn::logits_hash;
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
 use bmoe_telemetry::protocol::{Decide, DecideRequest, Done, LineKind, Record, parse_line};
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! here without touching memory, so they are unit-tested without a model.
 
 use crate::ffi::WeightRef;
-use crate::registry::Recipe;
+use crate::model::registry::Recipe;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
@@ -374,7 +374,7 @@ impl ReadJob {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::recipe_for;
+    use crate::model::registry::recipe_for;
 
     const BASE: usize = 0x7f00_0000_0000;
 

@@ -3,8 +3,8 @@
 //! `# summary` trailer. Every line goes through `bmoe_telemetry::metrics`; nothing here formats
 //! a contract line by hand.
 
-use crate::memory::{MemorySnapshot, mib};
-use crate::report::{RunSummary, TokenStats, per_second};
+use crate::memory::picture::{MemorySnapshot, mib};
+use crate::sinks::report::{RunSummary, TokenStats, per_second};
 use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow, trailer_keys};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -175,7 +175,7 @@ pub struct ResolvedRun {
     /// I/O lanes running.
     pub io_threads: u64,
     /// The dense-weights policy in effect (`mmap` without streaming).
-    pub dense_weights: crate::config::DenseWeights,
+    pub dense_weights: crate::cli::DenseWeights,
 }
 
 /// `x` as the f64 nearest its shortest decimal form, so the preamble prints `0.8` as typed, not
@@ -186,8 +186,8 @@ fn as_typed(x: f32) -> f64 {
 
 /// The preamble: every seed key, holding the resolved configuration (features of later issues
 /// written as off).
-pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
-    use crate::config::Sampling;
+pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
+    use crate::cli::Sampling;
     let sc = cfg.stream;
     let auto = sc.and_then(|s| s.auto);
     let (temp, top_k, top_p, seed) = match cfg.sampling {
@@ -227,7 +227,7 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
         cache_auto: Some(auto.is_some()),
         cache_floor_mb: Some(
             r.cache_floor_mb
-                .unwrap_or(crate::autocache::DEFAULT_FLOOR_MB),
+                .unwrap_or(crate::memory::autocache::DEFAULT_FLOOR_MB),
         ),
         cache_ceil_mb: Some(auto.map_or(0, |a| a.ceil_mb)),
         cache_cycle_mb: Some(r.cache_cycle_bytes.div_ceil(1024 * 1024)),
@@ -254,14 +254,14 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
         seed: Some(seed),
         compute_trace_layers: Some(u64::from(matches!(
             cfg.compute_trace,
-            Some((_, crate::compute_trace::Granularity::Layer))
+            Some((_, crate::sinks::compute_trace::Granularity::Layer))
         ))),
         spec: Some("off".to_string()),
         spec_draft_max: Some(0),
         mtp_p_min: Some(0.0),
         ngram_min_match: Some(0),
         extra: {
-            let mut m = cgroup_keys(crate::memory::cgroup_memory().as_ref());
+            let mut m = cgroup_keys(crate::memory::picture::cgroup_memory().as_ref());
             // a traced run is a diagnostic, not a benchmark: say so where the numbers are
             if r.moe_stream && cfg.route_trace.is_some() {
                 m.insert("route_trace", "1");
@@ -271,7 +271,7 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
             }
             if matches!(
                 cfg.compute_trace,
-                Some((_, crate::compute_trace::Granularity::Node))
+                Some((_, crate::sinks::compute_trace::Granularity::Node))
             ) {
                 m.insert("compute_trace", "1");
             }
@@ -286,13 +286,13 @@ pub fn run_info(cfg: &crate::config::RunConfig, r: &ResolvedRun) -> RunInfo {
 
 /// Appended preamble keys (older readers ignore them): the memory cgroup the run was confined
 /// to, `cgroup=none` outside one — the limit that bounds every memory column of the rows.
-pub fn cgroup_keys(cg: Option<&crate::memory::CgroupMemory>) -> bmoe_telemetry::kv::KvMap {
+pub fn cgroup_keys(cg: Option<&crate::memory::picture::CgroupMemory>) -> bmoe_telemetry::kv::KvMap {
     let mut m = bmoe_telemetry::kv::KvMap::new();
     match cg {
         Some(c) => {
             let v = match c.version {
-                crate::memory::CgroupVersion::V1 => "v1",
-                crate::memory::CgroupVersion::V2 => "v2",
+                crate::memory::picture::CgroupVersion::V1 => "v1",
+                crate::memory::picture::CgroupVersion::V2 => "v2",
             };
             m.insert("cgroup", v);
             m.insert(
@@ -360,8 +360,8 @@ impl CsvSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::{ProcessMemory, SystemMemory};
-    use crate::report::StreamSummary;
+    use crate::memory::picture::{ProcessMemory, SystemMemory};
+    use crate::sinks::report::StreamSummary;
     use bmoe_telemetry::metrics::{MetricsFile, TOKEN_COLUMNS};
 
     fn sample_row() -> TokenStats {
@@ -464,7 +464,7 @@ mod tests {
 
     #[test]
     fn cgroup_keys_name_the_limit() {
-        use crate::memory::{CgroupMemory, CgroupVersion};
+        use crate::memory::picture::{CgroupMemory, CgroupVersion};
         let cg = CgroupMemory {
             version: CgroupVersion::V1,
             dir: "/sys/fs/cgroup/memory/x".into(),

@@ -200,7 +200,7 @@ fn err(message: impl Into<String>, hint: impl Into<String>) -> ConfigError {
 /// `--cache-mb auto` bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheAuto {
-    /// MiB to leave free (`None` = scaled, see [`crate::autocache`]).
+    /// MiB to leave free (`None` = scaled, see [`crate::memory::autocache`]).
     pub floor_mb: Option<u64>,
     /// Cap in MiB (0 = none).
     pub ceil_mb: u64,
@@ -307,7 +307,7 @@ pub struct RunConfig {
     /// `--io-trace` path.
     pub io_trace: Option<PathBuf>,
     /// `--compute-trace` / `--compute-trace-layers`: path and granularity.
-    pub compute_trace: Option<(PathBuf, crate::compute_trace::Granularity)>,
+    pub compute_trace: Option<(PathBuf, crate::sinks::compute_trace::Granularity)>,
     /// `--chatml`.
     pub chatml: bool,
     /// Thinking allowed (`--no-think` clears it).
@@ -542,8 +542,10 @@ impl Cli {
             route_trace: self.route_trace.clone(),
             io_trace: self.io_trace.clone(),
             compute_trace: match (&self.compute_trace, &self.compute_trace_layers) {
-                (Some(p), _) => Some((p.clone(), crate::compute_trace::Granularity::Node)),
-                (None, Some(p)) => Some((p.clone(), crate::compute_trace::Granularity::Layer)),
+                (Some(p), _) => Some((p.clone(), crate::sinks::compute_trace::Granularity::Node)),
+                (None, Some(p)) => {
+                    Some((p.clone(), crate::sinks::compute_trace::Granularity::Layer))
+                }
                 (None, None) => None,
             },
             chatml: self.chatml,

@@ -16,10 +16,10 @@
 //! rolled back the same way.
 
 use crate::chat::{Message, PREFILLED_REASONING};
-use crate::config::RunConfig;
+use crate::cli::RunConfig;
 use crate::decide::{DecideSetup, PrefixState, decide};
 use crate::ffi::Token;
-use crate::run::{Engine, EngineError, Generation, Turn, load_model};
+use crate::turn::{Engine, EngineError, Generation, Turn, load_model};
 use bmoe_telemetry::protocol::{
     Begin, DecideRequest, Done, ErrorRecord, GenerateRequest, Ready, Request, round_to,
 };
@@ -304,7 +304,7 @@ struct Plan {
     history: Vec<Message>,
     raw: String,
     tokens: Vec<Token>,
-    split: crate::run::ChatSplit,
+    split: crate::turn::ChatSplit,
     /// The turn starts past a prefilled, empty reasoning section.
     prefilled: bool,
 }

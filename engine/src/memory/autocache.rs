@@ -18,7 +18,7 @@
 //! a small cgroup a budget above the headroom is an OOM kill, not a faster run. A budget below
 //! `cache_cycle` is allowed and warned about once.
 
-use crate::memory::{CgroupMemory, MIB, SystemMemory};
+use crate::memory::picture::{CgroupMemory, MIB, SystemMemory};
 
 /// The most an unset `--cache-floor-mb` leaves free, MiB (what a large machine keeps for
 /// everything else).

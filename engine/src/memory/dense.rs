@@ -11,7 +11,7 @@
 //! Pages shared with an expert tensor belong to the expert arena (already anonymous and
 //! refilled by the streamer) and are left alone.
 
-use crate::residency::dense_file_ranges;
+use crate::memory::residency::dense_file_ranges;
 use crate::stream::layout::{ExpertLayout, ModelIndex};
 use crate::vm::{Arena, PAGE};
 use std::fs::{File, OpenOptions};

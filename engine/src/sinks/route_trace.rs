@@ -28,7 +28,7 @@ pub const WEIGHT_NODES: [&str; 4] = [
 pub fn weight_node_layer(name: &str) -> Option<usize> {
     WEIGHT_NODES
         .iter()
-        .find_map(|base| crate::hook::layer_of(name, base))
+        .find_map(|base| crate::graph::hook::layer_of(name, base))
 }
 
 /// The decode being traced: which rows its routings become.

@@ -1,10 +1,10 @@
 //! The graph hook: captures the expert tensors during a warm-up decode, then loads the routed
 //! experts at every `ffn_moe_topk-<il>` node before the expert matmuls consume them.
 
-use crate::compute_trace::ComputeTracer;
 use crate::ffi::{EvalHook, Node, WeightRef};
-use crate::registry::Recipe;
-use crate::route_trace::{RouteTracer, weight_node_layer};
+use crate::model::registry::Recipe;
+use crate::sinks::compute_trace::ComputeTracer;
+use crate::sinks::route_trace::{RouteTracer, weight_node_layer};
 use crate::stream::io::ReadError;
 use crate::stream::{Routing, Streamer};
 use std::sync::Arc;

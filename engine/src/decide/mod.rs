@@ -23,7 +23,7 @@
 
 use crate::chat::{ChatTemplate, Message, ThinkCtl};
 use crate::ffi::{Context, DecodeError, Model, SeqState, Token};
-use crate::hook::MoeHook;
+use crate::graph::hook::MoeHook;
 use crate::stream::{StreamStats, Streamer};
 use crate::vm::process_sample;
 use bmoe_telemetry::protocol::{Decide, DecideRequest, round_to};

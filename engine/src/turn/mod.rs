@@ -6,28 +6,30 @@
 //! what the KV does not hold yet, then the token loop — and is shared by the one-shot [`run`]
 //! and the session loop (`crate::session`).
 
-use crate::autocache::{AutoInputs, measure, size_budget};
+pub mod threads;
+
+use crate::chat::reasoning::{ReasoningSplitter, SplitMode};
+use crate::chat::text::Utf8Stream;
 use crate::chat::{ChatTemplate, ThinkCtl};
-use crate::compute_trace::ComputeTracer;
-use crate::config::{DenseWeights, RunConfig, Sampling};
-use crate::csv_sink::{CsvSink, ResolvedRun, RowContext, TrailerContext, token_row, trailer};
+use crate::cli::{DenseWeights, RunConfig, Sampling};
 use crate::ffi::{
     Context, ContextOptions, DecodeError, Model, ModelOptions, Sampler, SamplerParams, Token,
 };
-use crate::hook::MoeHook;
-use crate::io_trace::IoTracer;
-use crate::memory::{MemorySnapshot, cgroup_memory};
-use crate::reasoning::{ReasoningSplitter, SplitMode};
-use crate::registry::{Recipe, recipe_for};
-use crate::report::{
+use crate::graph::hook::MoeHook;
+use crate::memory::autocache::{AutoInputs, measure, size_budget};
+use crate::memory::picture::{MemorySnapshot, cgroup_memory};
+use crate::memory::residency::{DenseProbe, dense_probe_pages};
+use crate::model::registry::{Recipe, recipe_for};
+use crate::sinks::compute_trace::ComputeTracer;
+use crate::sinks::csv::{CsvSink, ResolvedRun, RowContext, TrailerContext, token_row, trailer};
+use crate::sinks::io_trace::IoTracer;
+use crate::sinks::report::{
     ModeLine, RunSummary, StreamSummary, TokenStats, load_line, progress_line,
     progress_line_deltas, summary_lines,
 };
-use crate::residency::{DenseProbe, dense_probe_pages};
-use crate::route_trace::{DecodeSpan, RouteTracer, trace_info};
+use crate::sinks::route_trace::{DecodeSpan, RouteTracer, trace_info};
 use crate::stream::layout::{FilePlace, ModelIndex, bind};
 use crate::stream::{StreamSettings, StreamStats, Streamer};
-use crate::text::Utf8Stream;
 use crate::vm::{process_sample, system_page_size};
 use bmoe_gguf::info::ModelInfo;
 use bmoe_gguf::{GgufError, GgufModel};
@@ -329,8 +331,8 @@ pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
     }
     if let Some((p, g)) = &cfg.compute_trace {
         let flag = match g {
-            crate::compute_trace::Granularity::Node => "--compute-trace",
-            crate::compute_trace::Granularity::Layer => "--compute-trace-layers",
+            crate::sinks::compute_trace::Granularity::Node => "--compute-trace",
+            crate::sinks::compute_trace::Granularity::Layer => "--compute-trace-layers",
         };
         preflight(p, flag)?;
     }
@@ -495,7 +497,7 @@ pub struct Engine<'m> {
     /// `--dense-weights anon`'s pages, owned while the engine runs.
     _dense_arena: Option<crate::vm::Arena>,
     /// `--adaptive-threads`: each generated token's compute-thread count (kept across turns).
-    governor: Option<crate::threads::ThreadGovernor>,
+    governor: Option<crate::turn::threads::ThreadGovernor>,
 }
 
 impl<'m> Engine<'m> {
@@ -514,11 +516,11 @@ impl<'m> Engine<'m> {
         let hook = match (cfg.stream, recipe) {
             (Some(_), Some(r)) => Some(MoeHook::capturing(r, Arc::clone(&abort))),
             _ if cfg.compute_trace.is_some() => Some(MoeHook::tracing_only(Arc::clone(&abort))),
-            (None, Some(_)) if crate::hook::resident_hook_requested() => {
+            (None, Some(_)) if crate::graph::hook::resident_hook_requested() => {
                 let _ = writeln!(
                     note,
                     "bmoe: diag: {}=1 — routing hook on a resident run (ids read at every ffn_moe_topk node, nothing loaded)",
-                    crate::hook::RESIDENT_HOOK_ENV
+                    crate::graph::hook::RESIDENT_HOOK_ENV
                 );
                 Some(MoeHook::observing(Arc::clone(&abort)))
             }
@@ -583,10 +585,11 @@ impl<'m> Engine<'m> {
                     let (mem_available, cgroup_headroom) =
                         measure(MemorySnapshot::sample().system, cgroup_memory().as_ref());
                     // the dense weights must stay resident under every --dense-weights policy
-                    let dense_reserve_bytes = crate::residency::dense_file_ranges(&facts.index)
-                        .iter()
-                        .map(|r| r.2)
-                        .sum();
+                    let dense_reserve_bytes =
+                        crate::memory::residency::dense_file_ranges(&facts.index)
+                            .iter()
+                            .map(|r| r.2)
+                            .sum();
                     let b = size_budget(&AutoInputs {
                         mem_available,
                         cgroup_headroom,
@@ -640,7 +643,7 @@ impl<'m> Engine<'m> {
             streamer.set_poison(cfg.poison);
             match cfg.dense_weights {
                 DenseWeights::Mmap => {}
-                DenseWeights::Warm => match crate::dense::warm(&facts.index) {
+                DenseWeights::Warm => match crate::memory::dense::warm(&facts.index) {
                     Ok(o) => {
                         let _ = writeln!(
                             note,
@@ -655,7 +658,7 @@ impl<'m> Engine<'m> {
                     }
                 },
                 DenseWeights::Anon => {
-                    let o = crate::dense::anon(
+                    let o = crate::memory::dense::anon(
                         &facts.index,
                         streamer.layout(),
                         &weight_addrs,
@@ -724,7 +727,7 @@ impl<'m> Engine<'m> {
             cfg.stream.is_some() && ctx.hook_mut().is_some_and(|h| h.streamer().is_some());
         let csv = match &cfg.csv {
             Some(path) => Some(
-                CsvSink::create(path, &crate::csv_sink::run_info(cfg, &resolved))
+                CsvSink::create(path, &crate::sinks::csv::run_info(cfg, &resolved))
                     .map_err(|e| fail(e, "check that the --csv folder exists and is writable"))?,
             ),
             None => None,
@@ -820,7 +823,7 @@ impl<'m> Engine<'m> {
             think_ctl,
             _dense_arena: dense_arena,
             governor: (cfg.adaptive_threads && cfg.threads > 1)
-                .then(|| crate::threads::ThreadGovernor::new(cfg.threads)),
+                .then(|| crate::turn::threads::ThreadGovernor::new(cfg.threads)),
         })
     }
 

@@ -103,7 +103,7 @@ pub enum ModeLine {
         /// Sized by `--cache-mb auto`.
         auto: bool,
         /// `--dense-weights`.
-        dense: crate::config::DenseWeights,
+        dense: crate::cli::DenseWeights,
     },
     /// Plain llama.cpp on a MoE architecture this build could stream.
     PlainStreamable {
@@ -133,9 +133,9 @@ pub fn mode_line(m: &ModeLine) -> String {
                 CacheSetting::Mib(*cache_mb)
             },
             dense: match dense {
-                crate::config::DenseWeights::Mmap => DenseWeights::Mmap,
-                crate::config::DenseWeights::Warm => DenseWeights::Warm,
-                crate::config::DenseWeights::Anon => DenseWeights::Anon,
+                crate::cli::DenseWeights::Mmap => DenseWeights::Mmap,
+                crate::cli::DenseWeights::Warm => DenseWeights::Warm,
+                crate::cli::DenseWeights::Anon => DenseWeights::Anon,
             },
             overlap: None,
             extra: Vec::new(),
@@ -303,7 +303,7 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::DenseWeights::{self, Anon, Mmap};
+    use crate::cli::DenseWeights::{self, Anon, Mmap};
 
     fn streaming(cache_mb: u64, auto: bool, dense: DenseWeights) -> ModeLine {
         ModeLine::Streaming {

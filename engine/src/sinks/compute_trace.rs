@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use bmoe_telemetry::trace::{ComputeRow, DecodeTraceInfo, TraceWriter};
 
-use crate::route_trace::DecodeSpan;
+use crate::sinks::route_trace::DecodeSpan;
 use crate::vm::process_sample;
 
 /// Per node or per layer segment.

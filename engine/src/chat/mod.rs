@@ -1,14 +1,17 @@
 //! `--chatml`: renders the model's own chat template (`tokenizer.chat_template`, Jinja, through
 //! `minijinja`) around the prompt, and splits generated text into reasoning and answer using the
 //! think markers the template declares, or by channel when the template is a channel format
-//! (harmony; [`crate::reasoning`]). `--no-think` passes `enable_thinking=false`.
+//! (harmony; [`crate::chat::reasoning`]). `--no-think` passes `enable_thinking=false`.
 //!
 //! The split works on the whole generation so far, so a late closing tag that turns text already
 //! shown as answer into reasoning is expressed by the wire's `reset:1` snapshot
 //! (`bmoe_telemetry::deltas::DeltaEncoder` decides that), not by this module.
 
-use crate::reasoning::{self, ChannelSplitter, SplitMode};
+pub mod reasoning;
+pub mod text;
+
 use minijinja::{Environment, Error as JinjaError, ErrorKind, context};
+use reasoning::{ChannelSplitter, SplitMode};
 
 /// A think-span marker pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,7 +236,7 @@ impl ChatTemplate {
     }
 
     /// Whether the template is a channel format (harmony); then the reasoning/answer split goes
-    /// by channel ([`crate::reasoning::ChannelSplitter`]), not by think markers.
+    /// by channel ([`crate::chat::reasoning::ChannelSplitter`]), not by think markers.
     pub fn is_channel_format(&self) -> bool {
         self.channels
     }
@@ -531,13 +534,13 @@ mod tests {
             h.render_turn(&history, true, ThinkCtl::Prefill)
                 .unwrap()
                 .split,
-            SplitMode::Channels(crate::reasoning::ChannelState::Open)
+            SplitMode::Channels(crate::chat::reasoning::ChannelState::Open)
         );
         assert_eq!(
             h.render_turn(&history, false, ThinkCtl::Prefill)
                 .unwrap()
                 .split,
-            SplitMode::Channels(crate::reasoning::ChannelState::Body { reasoning: false })
+            SplitMode::Channels(crate::chat::reasoning::ChannelState::Body { reasoning: false })
         );
         assert_eq!(
             tmpl()
@@ -560,7 +563,7 @@ mod tests {
         let mut history = vec![Message::user("hi")];
         let turn = h.render_turn(&history, true, ThinkCtl::Prefill).unwrap();
         let generated = "<|channel|>analysis<|message|>Greet back.<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|return|>";
-        let mut s = crate::reasoning::ReasoningSplitter::new(turn.split);
+        let mut s = crate::chat::reasoning::ReasoningSplitter::new(turn.split);
         s.push(generated);
         s.finish();
         let (reasoning, answer) = s.split();
