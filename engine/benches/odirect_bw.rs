@@ -5,7 +5,7 @@
 //! Prints one line per thread count: `odirect block=<b> threads=<t> reads=<n> MiB/s=<x> us/read=<y>`.
 //! Page cache is bypassed, so no cache drop is needed between runs.
 
-use bmoe_engine::vm::AlignedBuf;
+use bmoe_engine::internals::AlignedBuf;
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::time::Instant;

@@ -11,8 +11,8 @@
 //! Prints per mode: ms per cycle in the release step and in the read step, and per 48 cycles
 //! (one token of that shape), then the recycle/drop ratios.
 
-use bmoe_engine::ffi::WeightRef;
-use bmoe_engine::vm::{AlignedBuf, Arena, PAGE};
+use bmoe_engine::internals::WeightRef;
+use bmoe_engine::internals::{AlignedBuf, Arena, PAGE};
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};

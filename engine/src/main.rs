@@ -1,82 +1,57 @@
 //! `bmoe-cli`: run a GGUF model; with `--moe-stream`, stream the routed experts from flash.
 
-use bmoe_engine::cli::Cli;
-use bmoe_engine::model::default_model;
-use bmoe_engine::model::registry::list_archs_text;
-use bmoe_engine::turn::run;
+use bmoe_engine::{Cli, EngineError, ExitStatus, RunConfig};
 use clap::Parser;
 use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let mut cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        // --help and --version print as clap writes them (stdout, exit 0)
+        // --help prints as clap writes it (stdout, exit 0)
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
             eprintln!("{}", usage_error(&e.render().to_string()));
-            return ExitCode::from(2);
+            return ExitStatus::Usage.into();
         }
     };
-    if cli.version {
-        println!("{}", bmoe_engine::VERSION);
-        return ExitCode::SUCCESS;
+    if cli.wants_version() {
+        println!("{}", env!("CARGO_PKG_VERSION"));
+        return ExitStatus::Success.into();
     }
-    if cli.list_archs {
-        print!("{}", list_archs_text());
-        return ExitCode::SUCCESS;
+    if let Some(listing) = cli.archs_listing() {
+        print!("{listing}");
+        return ExitStatus::Success.into();
     }
-    if cli.model.is_none() {
-        // the README's first command runs without -m: use the built-in tiny model
-        let Some(dir) = default_model::cache_dir() else {
-            eprintln!(
-                "error: no model given (-m/--model) and no cache folder for the built-in one\nhint: pass -m model.gguf, or set BMOE_CACHE_DIR"
-            );
-            return ExitCode::from(2);
-        };
-        match default_model::ensure_in(&dir) {
-            Ok((path, origin)) => {
-                let how = match origin {
-                    default_model::Origin::Cached => "cached",
-                    default_model::Origin::Synthesised => "synthesised now",
-                };
-                eprintln!(
-                    "bmoe: no -m given — using the built-in tiny synthetic MoE model {} ({how})",
-                    path.display()
-                );
-                cli.model = Some(path);
-            }
-            Err(e) => {
-                eprintln!(
-                    "error: {e}\nhint: pass -m model.gguf, or point BMOE_CACHE_DIR at a writable folder"
-                );
-                return ExitCode::from(1);
-            }
-        }
-    }
-    let cfg = match cli.resolve() {
+    let mut err = std::io::stderr();
+    let cfg = match cli.into_config(&mut err) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {}\nhint: {}", e.message, e.hint);
-            return ExitCode::from(2);
+            eprintln!("error: {e}\nhint: {}", e.hint());
+            return e.exit_status().into();
         }
     };
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let mut err = std::io::stderr();
-    let result = if cfg.session {
-        bmoe_engine::session::serve(&cfg, &mut out, &mut err)
-    } else {
-        run(&cfg, &mut out, &mut err).map(drop)
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    match execute(&cfg, &mut err) {
+        Ok(()) => ExitStatus::Success.into(),
         Err(e) => {
-            let _ = out.flush();
-            eprintln!("\nerror: {}\nhint: {}", e.message, e.hint);
-            ExitCode::from(1)
+            // the answer or the protocol lines may have stopped mid-line: start a new one
+            eprintln!("\nerror: {e}\nhint: {}", e.hint());
+            e.exit_status().into()
         }
     }
+}
+
+/// A one-shot run, or a session serving stdin requests.
+fn execute(cfg: &RunConfig, err: &mut dyn Write) -> Result<(), EngineError> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let result = if cfg.session {
+        bmoe_engine::serve(cfg, &mut out, err)
+    } else {
+        bmoe_engine::run(cfg, &mut out, err)
+    };
+    let _ = out.flush();
+    result
 }
 
 /// A clap usage error in the project's style: clap's message and usage line, then a `hint:` line

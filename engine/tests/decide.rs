@@ -4,11 +4,11 @@
 //! library, and through `bmoe-cli --session --decide` over real pipes (a chat continued after
 //! decides answers as without them; streamed experts score exactly as resident ones).
 
-use bmoe_engine::chat::{ChatTemplate, ThinkCtl};
-use bmoe_engine::decide::{DecideError, DecideSetup, PrefixState, decide};
-use bmoe_engine::ffi::{Context, ContextOptions, Model, ModelOptions, Token};
-use bmoe_engine::graph::hook::MoeHook;
-use bmoe_engine::turn::logits_hash;
+use bmoe_engine::internals::MoeHook;
+use bmoe_engine::internals::logits_hash;
+use bmoe_engine::internals::{ChatTemplate, ThinkCtl};
+use bmoe_engine::internals::{Context, ContextOptions, Model, ModelOptions, Token};
+use bmoe_engine::internals::{DecideError, DecideSetup, PrefixState, decide};
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
 use bmoe_telemetry::protocol::{Decide, DecideRequest, Done, LineKind, Record, parse_line};
 use std::io::Write;

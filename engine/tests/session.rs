@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
-use bmoe_engine::chat::{ChatTemplate, Message, ThinkCtl};
+use bmoe_engine::internals::{ChatTemplate, Message, ThinkCtl};
 use bmoe_gguf::synth::tokenizer::CHAT_TEMPLATE;
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
 use bmoe_telemetry::metrics::MetricsFile;

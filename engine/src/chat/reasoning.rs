@@ -15,7 +15,7 @@
 //!
 //! [`ReasoningSplitter`] runs whichever one the rendered turn asks for ([`SplitMode`]).
 
-use crate::chat::{ThinkTags, split_reasoning};
+use super::markers::{ThinkTags, split_reasoning};
 
 /// Opens a message: the role and header follow.
 pub const START: &str = "<|start|>";
@@ -99,16 +99,19 @@ impl ChannelSplitter {
         }
     }
 
+    #[cfg(test)]
     /// Where the text read so far stands.
     pub fn state(&self) -> ChannelState {
         self.state
     }
 
+    #[cfg(test)]
     /// The reasoning released so far.
     pub fn reasoning(&self) -> &str {
         &self.reasoning
     }
 
+    #[cfg(test)]
     /// The answer released so far.
     pub fn answer(&self) -> &str {
         &self.answer

@@ -21,9 +21,10 @@
 //! a cleared cache at the end (also after a cancel or a rejected prefill), so a following
 //! `generate` continues exactly as if no decide had run.
 
-use crate::chat::{ChatTemplate, Message, ThinkCtl};
-use crate::ffi::{Context, DecodeError, Model, SeqState, Token};
+use crate::chat::{ChatError, ChatTemplate, Message, ThinkCtl};
+use crate::ffi::{Context, DecodeError, LlamaError, Model, SeqState, Token};
 use crate::graph::hook::MoeHook;
+use crate::stream::io::ReadError;
 use crate::stream::{StreamStats, Streamer};
 use crate::vm::process_sample;
 use bmoe_telemetry::protocol::{Decide, DecideRequest, round_to};
@@ -169,14 +170,14 @@ pub enum DecideError {
     },
     /// The chat template failed to render the prompt.
     #[error("decide: {0}")]
-    Template(String),
+    Template(#[source] ChatError),
     /// Tokenization failed.
-    #[error("decide: tokenizing the {what} failed: {message}")]
+    #[error("decide: tokenizing the {what} failed: {source}")]
     Tokenize {
         /// What was being tokenized.
         what: &'static str,
         /// llama.cpp's reason.
-        message: String,
+        source: LlamaError,
     },
     /// The rendered prompt has no tokens.
     #[error("decide: the rendered prompt has no tokens")]
@@ -189,24 +190,36 @@ pub enum DecideError {
         /// The context size.
         n_ctx: usize,
     },
-    /// The prefill failed (an expert read error, or llama.cpp refused the batch).
-    #[error("decide: {message}")]
-    Prefill {
-        /// What failed.
-        message: String,
-        /// What to do.
-        hint: String,
-    },
+    /// An expert read failed and aborted the prefill.
+    #[error("decide: {0}; the decide prefill was aborted")]
+    PrefillRead(#[source] ReadError),
+    /// llama.cpp refused the prefill batch.
+    #[error("decide: prefill failed (llama_decode returned {0})")]
+    PrefillFailed(i32),
+    /// The prefill ran but llama.cpp kept no logits for the last position.
+    #[error("decide: llama.cpp returned no logits for the last prompt position")]
+    NoLogits,
     /// Saving or restoring a KV sequence failed: the session's KV can no longer be trusted.
-    #[error("decide: {0}")]
-    State(String),
+    #[error("decide: {what}: {source}")]
+    State {
+        /// What was being saved or restored.
+        what: &'static str,
+        /// llama.cpp's refusal.
+        source: LlamaError,
+    },
 }
 
 impl DecideError {
     /// Whether the session must end: the KV or the expert stream is in an unknown state.
     /// Everything else rejects this request only (`BMOE_ERROR` with `fatal:false`).
     pub fn is_fatal(&self) -> bool {
-        matches!(self, DecideError::Prefill { .. } | DecideError::State(_))
+        matches!(
+            self,
+            DecideError::PrefillRead(_)
+                | DecideError::PrefillFailed(_)
+                | DecideError::NoLogits
+                | DecideError::State { .. }
+        )
     }
 
     /// What to do about it.
@@ -225,8 +238,10 @@ impl DecideError {
             DecideError::TooLong { .. } => {
                 "shorten prefix/suffix, or open the session with a larger -c/--ctx-size".into()
             }
-            DecideError::Prefill { hint, .. } => hint.clone(),
-            DecideError::State(_) => {
+            DecideError::PrefillRead(_) => "the model file changed or the storage failed while streaming; check the file and the disk (dmesg)".into(),
+            DecideError::PrefillFailed(_) => "try a smaller -c/--ctx-size or --ubatch; set BMOE_LLAMA_LOG=1 for llama.cpp's own log".into(),
+            DecideError::NoLogits => "set BMOE_LLAMA_LOG=1 for llama.cpp's own log".into(),
+            DecideError::State { .. } => {
                 "restart the session; set BMOE_LLAMA_LOG=1 to see llama.cpp's reason".into()
             }
         }
@@ -246,9 +261,9 @@ pub fn first_tokens(model: &Model, choices: &[String]) -> Result<Vec<Token>, Dec
     for (index, choice) in choices.iter().enumerate() {
         let toks = model
             .tokenize_with(choice, false, false)
-            .map_err(|message| DecideError::Tokenize {
+            .map_err(|source| DecideError::Tokenize {
                 what: "choice",
-                message,
+                source,
             })?;
         let Some(&tok) = toks.first() else {
             return Err(DecideError::EmptyChoice { index });
@@ -294,7 +309,7 @@ pub fn render_prompt(
         Some(t) => t
             .render_turn(&[Message::user(user)], false, think_ctl)
             .map(|turn| turn.text)
-            .map_err(|e| DecideError::Template(e.to_string())),
+            .map_err(DecideError::Template),
         None => Ok(user.to_string()),
     };
     let text = render(&format!("{prefix}{suffix}"))?;
@@ -384,15 +399,9 @@ fn prefill(
         if let Err(e) = r {
             let read_error = ctx.hook_mut().and_then(MoeHook::take_error);
             return Err(match (read_error, e) {
-                (Some(err), _) => Stop::Failed(DecideError::Prefill {
-                    message: format!("{err}; the decide prefill was aborted"),
-                    hint: "the model file changed or the storage failed while streaming; check the file and the disk (dmesg)".into(),
-                }),
+                (Some(err), _) => Stop::Failed(DecideError::PrefillRead(err)),
                 (None, DecodeError::Aborted) => Stop::Cancelled,
-                (None, DecodeError::Failed(rc)) => Stop::Failed(DecideError::Prefill {
-                    message: format!("prefill failed (llama_decode returned {rc})"),
-                    hint: "try a smaller -c/--ctx-size or --ubatch; set BMOE_LLAMA_LOG=1 for llama.cpp's own log".into(),
-                }),
+                (None, DecodeError::Failed(rc)) => Stop::Failed(DecideError::PrefillFailed(rc)),
             });
         }
     }
@@ -427,7 +436,10 @@ fn restore_kept(
     }
     let t0 = Instant::now();
     ctx.restore_seq(SEQ, state)
-        .map_err(|e| DecideError::State(format!("restoring the prefix state: {e}")))?;
+        .map_err(|source| DecideError::State {
+            what: "restoring the prefix state",
+            source,
+        })?;
     work.restore_s = t0.elapsed().as_secs_f64();
     Ok(true)
 }
@@ -477,9 +489,10 @@ fn score(
         if reuse && n_keep > 0 {
             if kept.may_keep() {
                 let t0 = Instant::now();
-                let state = ctx
-                    .save_seq(SEQ)
-                    .map_err(|e| DecideError::State(format!("saving the prefix state: {e}")))?;
+                let state = ctx.save_seq(SEQ).map_err(|source| DecideError::State {
+                    what: "saving the prefix state",
+                    source,
+                })?;
                 kept.keep(&tokens[..n_keep], state);
                 work.store_s = t0.elapsed().as_secs_f64();
             } else {
@@ -501,10 +514,7 @@ fn score(
     }
     let logits = ctx.last_logits();
     if logits.is_empty() {
-        return Err(DecideError::Prefill {
-            message: "llama.cpp returned no logits for the last prompt position".into(),
-            hint: "set BMOE_LLAMA_LOG=1 for llama.cpp's own log".into(),
-        });
+        return Err(DecideError::NoLogits);
     }
     work.logp = log_probs(logits, firsts);
     Ok(work)
@@ -533,9 +543,9 @@ pub fn decide(
     let tokenize = |text: &str| {
         model
             .tokenize(text)
-            .map_err(|message| DecideError::Tokenize {
+            .map_err(|source| DecideError::Tokenize {
                 what: "prompt",
-                message,
+                source,
             })
     };
     let tokens = tokenize(&prompt.text)?;
@@ -556,10 +566,10 @@ pub fn decide(
     let reuse = req.reuse_prefix();
 
     let conversation = if ctx.seq_len(SEQ) > 0 {
-        Some(
-            ctx.save_seq(SEQ)
-                .map_err(|e| DecideError::State(format!("saving the conversation: {e}")))?,
-        )
+        Some(ctx.save_seq(SEQ).map_err(|source| DecideError::State {
+            what: "saving the conversation",
+            source,
+        })?)
     } else {
         None
     };
@@ -578,7 +588,10 @@ pub fn decide(
     ctx.clear_memory();
     if let Some(conv) = &conversation {
         ctx.restore_seq(SEQ, conv)
-            .map_err(|e| DecideError::State(format!("restoring the conversation: {e}")))?;
+            .map_err(|source| DecideError::State {
+                what: "restoring the conversation",
+                source,
+            })?;
     }
     let work = outcome?;
 
@@ -710,6 +723,13 @@ mod tests {
             }
             .is_fatal()
         );
-        assert!(DecideError::State("x".into()).is_fatal());
+        assert!(
+            DecideError::State {
+                what: "saving the conversation",
+                source: LlamaError::StateSize { seq: 0 }
+            }
+            .is_fatal()
+        );
+        assert!(DecideError::PrefillFailed(1).is_fatal() && DecideError::NoLogits.is_fatal());
     }
 }

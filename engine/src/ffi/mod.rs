@@ -18,6 +18,53 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// A llama.cpp token id.
 pub type Token = i32;
 
+/// What llama.cpp refused or could not do (its own reason is on its log lines).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LlamaError {
+    /// The model path cannot be passed to C.
+    #[error("path contains a NUL byte: {}", .0.display())]
+    NulInPath(std::path::PathBuf),
+    /// `llama_model_load_from_file` returned null.
+    #[error("failed to load model: {}", .0.display())]
+    ModelLoad(std::path::PathBuf),
+    /// `llama_init_from_model` returned null.
+    #[error("failed to create context")]
+    Context,
+    /// `ggml_threadpool_new` returned null.
+    #[error("failed to create the ggml threadpool")]
+    Threadpool,
+    /// The text is longer than llama.cpp's token counts can say.
+    #[error("prompt too long")]
+    PromptTooLong,
+    /// `llama_tokenize` failed twice.
+    #[error("tokenization failed")]
+    Tokenize,
+    /// `llama_state_seq_get_size` returned 0.
+    #[error("llama.cpp could not size the state of sequence {seq}")]
+    StateSize {
+        /// The sequence.
+        seq: i32,
+    },
+    /// `llama_state_seq_get_data` wrote fewer bytes than it sized.
+    #[error("llama.cpp wrote {written} of the {size} bytes of sequence {seq}'s state")]
+    StateShort {
+        /// The sequence.
+        seq: i32,
+        /// Bytes written.
+        written: usize,
+        /// Bytes sized.
+        size: usize,
+    },
+    /// `llama_state_seq_set_data` refused the bytes.
+    #[error("llama.cpp refused to restore a {bytes}-byte state into sequence {seq}")]
+    StateRestore {
+        /// The sequence.
+        seq: i32,
+        /// The state's size.
+        bytes: usize,
+    },
+}
+
 static BACKEND: Once = Once::new();
 
 /// Initialises llama.cpp's backends once per process and routes its log: warnings and errors
@@ -44,9 +91,9 @@ unsafe extern "C" fn quiet_log(level: ll::ggml_log_level, text: *const c_char, _
     }
 }
 
-fn c_path(path: &Path) -> Result<CString, String> {
+fn c_path(path: &Path) -> Result<CString, LlamaError> {
     CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("path contains a NUL byte: {}", path.display()))
+        .map_err(|_| LlamaError::NulInPath(path.to_path_buf()))
 }
 
 /// Model-load options (the parts of `llama_model_params` bmoe sets).
@@ -67,7 +114,7 @@ pub struct Model {
 
 impl Model {
     /// Loads `path` (the first shard of a split model).
-    pub fn load(path: &Path, opts: &ModelOptions) -> Result<Self, String> {
+    pub fn load(path: &Path, opts: &ModelOptions) -> Result<Self, LlamaError> {
         init_backend();
         let cpath = c_path(path)?;
         let mut overrides = Vec::new();
@@ -96,8 +143,7 @@ impl Model {
         // SAFETY: cpath is a valid C string; mp is fully initialised; the override array (if
         // any) is terminated and outlives the call.
         let raw = unsafe { ll::llama_model_load_from_file(cpath.as_ptr(), mp) };
-        let raw =
-            NonNull::new(raw).ok_or_else(|| format!("failed to load model: {}", path.display()))?;
+        let raw = NonNull::new(raw).ok_or_else(|| LlamaError::ModelLoad(path.to_path_buf()))?;
         Ok(Self {
             raw,
             _overrides: overrides,
@@ -163,7 +209,7 @@ impl Model {
     }
 
     /// Tokenizes `text` (special tokens parsed, BOS added when the model wants one).
-    pub fn tokenize(&self, text: &str) -> Result<Vec<Token>, String> {
+    pub fn tokenize(&self, text: &str) -> Result<Vec<Token>, LlamaError> {
         self.tokenize_with(text, true, true)
     }
 
@@ -233,7 +279,7 @@ impl<'m, H: EvalHook> Context<'m, H> {
         opts: ContextOptions,
         hook: Option<H>,
         abort: Arc<AtomicBool>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, LlamaError> {
         let hook = hook.map(|h| {
             // SAFETY: Box::into_raw never returns null.
             unsafe { NonNull::new_unchecked(Box::into_raw(Box::new(h))) }
@@ -260,7 +306,7 @@ impl<'m, H: EvalHook> Context<'m, H> {
                 // SAFETY: created by Box::into_raw above and not shared with llama.cpp.
                 drop(unsafe { Box::from_raw(h.as_ptr()) });
             }
-            return Err("failed to create context".to_string());
+            return Err(LlamaError::Context);
         };
         // SAFETY: plain struct construction; n_threads > 0 is validated by the CLI.
         let mut tpp = unsafe { ll::ggml_threadpool_params_default(opts.n_threads) };
@@ -273,7 +319,7 @@ impl<'m, H: EvalHook> Context<'m, H> {
                 // SAFETY: the context that referenced the hook is freed.
                 drop(unsafe { Box::from_raw(h.as_ptr()) });
             }
-            return Err("failed to create the ggml threadpool".to_string());
+            return Err(LlamaError::Threadpool);
         };
         // SAFETY: both pointers are live; the threadpool outlives the context (freed after it).
         unsafe {
@@ -451,12 +497,4 @@ impl Drop for Sampler {
         // SAFETY: created by llama_sampler_chain_init, freed once (frees the members too).
         unsafe { ll::llama_sampler_free(self.raw.as_ptr()) }
     }
-}
-
-/// llama.cpp's system-info line (SIMD features compiled in).
-pub fn system_info() -> String {
-    // SAFETY: returns a static NUL-terminated string.
-    unsafe { CStr::from_ptr(ll::llama_print_system_info()) }
-        .to_string_lossy()
-        .into_owned()
 }

@@ -6,7 +6,7 @@
 //! then puts the cells back. Restoring into a cleared cache places them from cell 0, the layout a
 //! fresh prefill of the same tokens has, so a restored state computes exactly like the original.
 
-use super::{Context, EvalHook, Model, Token, ll};
+use super::{Context, EvalHook, LlamaError, Model, Token, ll};
 
 /// The serialised KV state of one sequence (`llama_state_seq_get_data`), held in host memory.
 #[derive(Clone, PartialEq, Eq)]
@@ -37,11 +37,11 @@ impl Model {
         text: &str,
         add_special: bool,
         parse_special: bool,
-    ) -> Result<Vec<Token>, String> {
-        let len = i32::try_from(text.len()).map_err(|_| "prompt too long".to_string())?;
+    ) -> Result<Vec<Token>, LlamaError> {
+        let len = i32::try_from(text.len()).map_err(|_| LlamaError::PromptTooLong)?;
         let mut toks = vec![0 as Token; text.len() + 8];
         for _ in 0..2 {
-            let cap = i32::try_from(toks.len()).map_err(|_| "prompt too long".to_string())?;
+            let cap = i32::try_from(toks.len()).map_err(|_| LlamaError::PromptTooLong)?;
             // SAFETY: text is valid for len bytes; toks is writable for cap tokens; the vocab
             // pointer is owned by the live model.
             let n = unsafe {
@@ -62,7 +62,7 @@ impl Model {
             // a negative count is the size needed: retry once with exactly that
             toks.resize(n.unsigned_abs() as usize, 0);
         }
-        Err("tokenization failed".to_string())
+        Err(LlamaError::Tokenize)
     }
 }
 
@@ -108,13 +108,11 @@ impl<H: EvalHook> Context<'_, H> {
     }
 
     /// Serialises sequence `seq`'s KV cells.
-    pub fn save_seq(&mut self, seq: i32) -> Result<SeqState, String> {
+    pub fn save_seq(&mut self, seq: i32) -> Result<SeqState, LlamaError> {
         // SAFETY: valid context; the call only measures.
         let size = unsafe { ll::llama_state_seq_get_size(self.raw.as_ptr(), seq) };
         if size == 0 {
-            return Err(format!(
-                "llama.cpp could not size the state of sequence {seq}"
-            ));
+            return Err(LlamaError::StateSize { seq });
         }
         let mut bytes = vec![0u8; size];
         // SAFETY: bytes is writable for `size` bytes, the exact size llama.cpp just reported for
@@ -123,15 +121,17 @@ impl<H: EvalHook> Context<'_, H> {
             ll::llama_state_seq_get_data(self.raw.as_ptr(), bytes.as_mut_ptr(), size, seq)
         };
         if n != size {
-            return Err(format!(
-                "llama.cpp wrote {n} of the {size} bytes of sequence {seq}'s state"
-            ));
+            return Err(LlamaError::StateShort {
+                seq,
+                written: n,
+                size,
+            });
         }
         Ok(SeqState { bytes })
     }
 
     /// Puts `state` back as sequence `seq` (replacing whatever `seq` held).
-    pub fn restore_seq(&mut self, seq: i32, state: &SeqState) -> Result<(), String> {
+    pub fn restore_seq(&mut self, seq: i32, state: &SeqState) -> Result<(), LlamaError> {
         // SAFETY: the source buffer is valid for its length; llama.cpp copies out of it and
         // validates the header, returning 0 on any mismatch (no C++ exception escapes this path).
         let n = unsafe {
@@ -143,10 +143,10 @@ impl<H: EvalHook> Context<'_, H> {
             )
         };
         if n == 0 {
-            return Err(format!(
-                "llama.cpp refused to restore a {}-byte state into sequence {seq}",
-                state.bytes.len()
-            ));
+            return Err(LlamaError::StateRestore {
+                seq,
+                bytes: state.bytes.len(),
+            });
         }
         Ok(())
     }

@@ -1,26 +1,17 @@
 //! The graph hook: captures the expert tensors during a warm-up decode, then loads the routed
 //! experts at every `ffn_moe_topk-<il>` node before the expert matmuls consume them.
 
+use super::names::{topk_layer, weight_layer};
+use super::routes::RouteRecorder;
+use super::span::DecodeSpan;
+use super::timing::NodeTimer;
 use crate::ffi::{EvalHook, Node, WeightRef};
 use crate::model::registry::Recipe;
-use crate::sinks::compute_trace::ComputeTracer;
-use crate::sinks::route_trace::{RouteTracer, weight_node_layer};
 use crate::stream::io::ReadError;
 use crate::stream::{Routing, Streamer};
+use bmoe_telemetry::trace::{ComputeRow, RouteRow};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Parses `<base>-<il>` node names: the layer when `name` is exactly `base`, a dash and digits.
-pub fn layer_of(name: &str, base: &str) -> Option<usize> {
-    let digits = name.strip_prefix(base)?.strip_prefix('-')?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// The routing node whose ids decide which experts a layer reads.
-pub const TOPK_NODE: &str = "ffn_moe_topk";
 
 /// Env var (diagnostic): `1` installs the routing hook on a plain (resident) run — every
 /// `ffn_moe_topk-<il>` node is isolated and its ids are read, exactly as when streaming, but
@@ -47,6 +38,15 @@ enum Phase {
     Idle,
 }
 
+/// What the recorders collected during one decode, for the sinks.
+#[derive(Debug, Default)]
+pub struct DecodeRecords {
+    /// `--route-trace` rows.
+    pub routes: Vec<RouteRow>,
+    /// `--compute-trace[-layers]` rows.
+    pub nodes: Vec<ComputeRow>,
+}
+
 /// The engine's eval hook.
 pub struct MoeHook {
     recipe: Option<&'static Recipe>,
@@ -54,9 +54,9 @@ pub struct MoeHook {
     abort: Arc<AtomicBool>,
     error: Option<ReadError>,
     topk_calls: u64,
-    route_trace: Option<RouteTracer>,
+    routes: Option<RouteRecorder>,
     routing: Vec<Routing>,
-    compute_trace: Option<ComputeTracer>,
+    timer: Option<NodeTimer>,
     /// Capture: name and address of every other weight the graph reads (to find where each
     /// shard of a split model is mapped, for `--dense-weights anon`).
     weight_addrs: Vec<(String, usize)>,
@@ -88,9 +88,9 @@ impl MoeHook {
             abort,
             error: None,
             topk_calls: 0,
-            route_trace: None,
+            routes: None,
             routing: Vec::new(),
-            compute_trace: None,
+            timer: None,
             weight_addrs: Vec::new(),
         }
     }
@@ -103,19 +103,51 @@ impl MoeHook {
         }
     }
 
-    /// Times graph nodes into `t` from now on.
-    pub fn trace_compute(&mut self, t: ComputeTracer) {
-        self.compute_trace = Some(t);
+    /// Times graph nodes with `t` from now on (`--compute-trace[-layers]`).
+    pub fn time_nodes(&mut self, t: NodeTimer) {
+        self.timer = Some(t);
     }
 
-    /// The compute tracer, when tracing.
-    pub fn compute_trace_mut(&mut self) -> Option<&mut ComputeTracer> {
-        self.compute_trace.as_mut()
+    /// Stops timing nodes (after the compute-trace sink failed).
+    pub fn stop_timing(&mut self) {
+        self.timer = None;
     }
 
-    /// Stops compute tracing (after a write error).
-    pub fn stop_compute_trace(&mut self) {
-        self.compute_trace = None;
+    /// Records every routing with `r` from now on (`--route-trace`; asks the graph for the
+    /// weight nodes too).
+    pub fn record_routes(&mut self, r: RouteRecorder) {
+        self.routes = Some(r);
+    }
+
+    /// Stops recording routings (after the route-trace sink failed).
+    pub fn stop_routes(&mut self) {
+        self.routes = None;
+    }
+
+    /// Tells the recorders which decode the next routings and nodes belong to.
+    pub fn begin_decode(&mut self, span: DecodeSpan) {
+        if let Some(r) = self.routes.as_mut() {
+            r.begin_decode(span);
+        }
+        if let Some(t) = self.timer.as_mut() {
+            t.begin_decode(span);
+        }
+    }
+
+    /// Ends the decode: what the recorders collected during it.
+    pub fn end_decode(&mut self) -> DecodeRecords {
+        DecodeRecords {
+            routes: self
+                .routes
+                .as_mut()
+                .map(RouteRecorder::end_decode)
+                .unwrap_or_default(),
+            nodes: self
+                .timer
+                .as_mut()
+                .map(NodeTimer::end_decode)
+                .unwrap_or_default(),
+        }
     }
 
     /// Ends capture, returning what was seen.
@@ -155,21 +187,6 @@ impl MoeHook {
         }
     }
 
-    /// Records every routing into `t` from now on (asks the graph for the weight nodes too).
-    pub fn trace_routes(&mut self, t: RouteTracer) {
-        self.route_trace = Some(t);
-    }
-
-    /// The route tracer, when tracing.
-    pub fn route_trace_mut(&mut self) -> Option<&mut RouteTracer> {
-        self.route_trace.as_mut()
-    }
-
-    /// Stops route tracing (after a write error), dropping the tracer.
-    pub fn stop_route_trace(&mut self) {
-        self.route_trace = None;
-    }
-
     /// The read failure that aborted a decode, if any.
     pub fn take_error(&mut self) -> Option<ReadError> {
         self.error.take()
@@ -197,16 +214,16 @@ impl EvalHook for MoeHook {
     fn wants(&mut self, node: &Node<'_>) -> bool {
         let capturing = matches!(self.phase, Phase::Capture(_));
         let stream = self.stream_wants(node);
-        match self.compute_trace.as_mut() {
-            Some(c) if !capturing => c.wants(node.name(), stream) || stream,
+        match self.timer.as_mut() {
+            Some(t) if !capturing => t.wants(node.name(), stream) || stream,
             _ => stream,
         }
     }
 
     fn observe(&mut self, node: &Node<'_>) {
         self.stream_observe(node);
-        if let Some(c) = self.compute_trace.as_mut() {
-            c.observe(node.name(), node.op_name());
+        if let Some(t) = self.timer.as_mut() {
+            t.observe(node.name(), node.op_name());
         }
     }
 }
@@ -230,17 +247,17 @@ impl MoeHook {
             Phase::Stream(_) => {
                 let name = node.name();
                 name.starts_with("ffn_moe_")
-                    && (layer_of(name, TOPK_NODE).is_some()
-                        || (self.route_trace.is_some() && weight_node_layer(name).is_some()))
+                    && (topk_layer(name).is_some()
+                        || (self.routes.is_some() && weight_layer(name).is_some()))
             }
-            Phase::Observe { .. } => layer_of(node.name(), TOPK_NODE).is_some(),
+            Phase::Observe { .. } => topk_layer(node.name()).is_some(),
             Phase::Idle => false,
         }
     }
 
     fn stream_observe(&mut self, node: &Node<'_>) {
         if let Phase::Observe { ids_read } = &mut self.phase {
-            if layer_of(node.name(), TOPK_NODE).is_some() {
+            if topk_layer(node.name()).is_some() {
                 self.topk_calls += 1;
                 *ids_read += node.expert_ids().map_or(0, |ids| ids.len() as u64);
             }
@@ -252,8 +269,8 @@ impl MoeHook {
         if self.error.is_some() {
             return;
         }
-        let Some(il) = layer_of(node.name(), TOPK_NODE) else {
-            if let (Some(t), Some(il)) = (self.route_trace.as_mut(), weight_node_layer(node.name()))
+        let Some(il) = topk_layer(node.name()) else {
+            if let (Some(t), Some(il)) = (self.routes.as_mut(), weight_layer(node.name()))
                 && let Some(w) = node.f32_values()
             {
                 t.weights(il, w);
@@ -262,30 +279,14 @@ impl MoeHook {
         };
         self.topk_calls += 1;
         let Some(ids) = node.expert_ids() else { return };
-        let trace = self.route_trace.is_some().then_some(&mut self.routing);
+        let trace = self.routes.is_some().then_some(&mut self.routing);
         if let Err(e) = streamer.load_layer(il, &ids, trace) {
             self.error = Some(e);
             self.abort.store(true, Ordering::SeqCst);
             return;
         }
-        if let Some(t) = self.route_trace.as_mut() {
+        if let Some(t) = self.routes.as_mut() {
             t.route(il, &ids, &self.routing);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn layer_suffix_must_be_exact() {
-        assert_eq!(layer_of("ffn_moe_topk-12", TOPK_NODE), Some(12));
-        assert_eq!(layer_of("ffn_moe_topk-0", TOPK_NODE), Some(0));
-        assert_eq!(layer_of("ffn_moe_topk_sum-1", TOPK_NODE), None);
-        assert_eq!(layer_of("ffn_moe_topk-", TOPK_NODE), None);
-        assert_eq!(layer_of("ffn_moe_topk-1x", TOPK_NODE), None);
-        assert_eq!(layer_of("ffn_moe_topk", TOPK_NODE), None);
-        assert_eq!(layer_of("ffn_moe_weights-3", TOPK_NODE), None);
     }
 }

@@ -12,13 +12,37 @@
 //! refilled by the streamer) and are left alone.
 
 use crate::memory::residency::dense_file_ranges;
-use crate::stream::layout::{ExpertLayout, ModelIndex};
+use crate::model::index::ModelIndex;
+use crate::stream::layout::ExpertLayout;
 use crate::vm::{Arena, PAGE};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Instant;
+
+/// `--dense-weights`: where the non-expert weights live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DenseWeights {
+    /// The model's mmap, left to the page cache.
+    #[default]
+    Mmap,
+    /// The mmap, pre-faulted by one sequential read at load.
+    Warm,
+    /// Anonymous memory filled with O_DIRECT reads (page-cache pressure cannot drop it).
+    Anon,
+}
+
+impl DenseWeights {
+    /// The flag / CSV spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenseWeights::Mmap => "mmap",
+            DenseWeights::Warm => "warm",
+            DenseWeights::Anon => "anon",
+        }
+    }
+}
 
 /// Chunk of one dense read.
 const CHUNK: usize = 8 << 20;
@@ -321,7 +345,7 @@ mod tests {
             index.shards.push(format!("m-{i}.gguf").into());
             index.shard_sizes.push(1 << 20);
         }
-        let place = |shard, offset| crate::stream::layout::FilePlace {
+        let place = |shard, offset| crate::model::index::FilePlace {
             shard,
             offset,
             size: 100,
@@ -380,7 +404,7 @@ mod tests {
         ] {
             index.tensors.insert(
                 name.into(),
-                crate::stream::layout::FilePlace {
+                crate::model::index::FilePlace {
                     shard: 0,
                     offset: off,
                     size,

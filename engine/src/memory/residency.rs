@@ -6,7 +6,7 @@
 //! `/proc/self/maps`: the VMA of each shard, `addr = start + (file_offset − vma_offset)`).
 //! The probe itself (`mincore`) is a VM call and lives in [`crate::vm`].
 
-use crate::stream::layout::ModelIndex;
+use crate::model::index::ModelIndex;
 use std::path::{Path, PathBuf};
 
 /// Pages probed per sample (as the original engine).

@@ -29,22 +29,44 @@ pub enum Origin {
     Synthesised,
 }
 
+/// Why the built-in model could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum DefaultModelError {
+    /// The cache folder cannot be created.
+    #[error("cannot create {}: {source}", dir.display())]
+    CreateDir {
+        /// The folder.
+        dir: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// bmoe-gguf could not write it.
+    #[error("cannot synthesise the default model: {0}")]
+    Synthesise(#[source] bmoe_gguf::GgufError),
+    /// The finished file could not be renamed into place.
+    #[error("cannot move the default model into place: {0}")]
+    MoveIntoPlace(#[source] std::io::Error),
+}
+
 /// The default model's path, synthesising it into `dir` if absent. Written to a temporary name
 /// and renamed, so an interrupted run never leaves a half-written model behind.
-pub fn ensure_in(dir: &Path) -> Result<(PathBuf, Origin), String> {
+///
+/// # Errors
+/// A [`DefaultModelError`] naming the step that failed.
+pub fn ensure_in(dir: &Path) -> Result<(PathBuf, Origin), DefaultModelError> {
     let path = dir.join(FILE_NAME);
     if path.is_file() {
         return Ok((path, Origin::Cached));
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|source| DefaultModelError::CreateDir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     let tmp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
     let opts = SynthOptions::preset(Preset::Tiny);
-    let written =
-        write_model(&opts, &tmp).map_err(|e| format!("cannot synthesise the default model: {e}"));
-    let result = written.and_then(|_| {
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| format!("cannot move the default model into place: {e}"))
-    });
+    let written = write_model(&opts, &tmp).map_err(DefaultModelError::Synthesise);
+    let result = written
+        .and_then(|_| std::fs::rename(&tmp, &path).map_err(DefaultModelError::MoveIntoPlace));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

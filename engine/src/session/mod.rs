@@ -18,8 +18,10 @@
 use crate::chat::{Message, PREFILLED_REASONING};
 use crate::cli::RunConfig;
 use crate::decide::{DecideSetup, PrefixState, decide};
+use crate::error::EngineError;
 use crate::ffi::Token;
-use crate::turn::{Engine, EngineError, Generation, Turn, load_model};
+use crate::turn::load::load_model;
+use crate::turn::{Engine, Generation, Turn};
 use bmoe_telemetry::protocol::{
     Begin, DecideRequest, Done, ErrorRecord, GenerateRequest, Ready, Request, round_to,
 };
@@ -194,7 +196,7 @@ pub fn serve(
 }
 
 fn fatal(out: &mut dyn Write, id: i64, e: EngineError) -> EngineError {
-    let msg = format!("{}; hint: {}", e.message, e.hint);
+    let msg = format!("{e}; hint: {}", e.hint());
     emit(
         out,
         &ErrorRecord {
@@ -240,16 +242,7 @@ pub fn serve_from(
         std::thread::Builder::new()
             .name("bmoe-stdin".into())
             .spawn(move || read_requests(input, &tx, &abort, &cancels))
-            .map_err(|e| {
-                fatal(
-                    out,
-                    0,
-                    EngineError {
-                        message: format!("cannot start the stdin reader thread: {e}"),
-                        hint: "the system is out of threads or memory".into(),
-                    },
-                )
-            })?;
+            .map_err(|e| fatal(out, 0, EngineError::StdinThread(e)))?;
     }
     let mut conv = Conversation::default();
     let mut prefix = PrefixState::with_cap(cfg.decide_state_max_mib.saturating_mul(1 << 20));
@@ -342,7 +335,7 @@ fn plan(
     };
     let tokens = engine
         .tokenize(&text)
-        .map_err(|e| Failure::Rejected(e.message))?;
+        .map_err(|e| Failure::Rejected(e.to_string()))?;
     if tokens.is_empty() {
         return Err(Failure::Rejected("empty prompt after tokenization".into()));
     }
@@ -532,10 +525,7 @@ fn run_decide(
             emit(out, &rec.to_line());
             Ok(())
         }
-        Err(e) if e.is_fatal() => Err(Failure::Fatal(EngineError {
-            message: e.to_string(),
-            hint: e.hint(),
-        })),
+        Err(e) if e.is_fatal() => Err(Failure::Fatal(EngineError::Decide(e))),
         Err(e) => Err(Failure::Rejected(format!("{e}; hint: {}", e.hint()))),
     }
 }

@@ -3,11 +3,14 @@
 //! `# summary` trailer. Every line goes through `bmoe_telemetry::metrics`; nothing here formats
 //! a contract line by hand.
 
+use super::SinkError;
 use crate::memory::picture::{MemorySnapshot, mib};
 use crate::sinks::report::{RunSummary, TokenStats, per_second};
 use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow, trailer_keys};
 use std::fs::File;
 use std::path::{Path, PathBuf};
+
+const FLAG: &str = "--csv";
 
 /// What a row adds to a token's [`TokenStats`]: the memory picture and the loop gap.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -254,7 +257,7 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
         seed: Some(seed),
         compute_trace_layers: Some(u64::from(matches!(
             cfg.compute_trace,
-            Some((_, crate::sinks::compute_trace::Granularity::Layer))
+            Some((_, crate::graph::timing::Granularity::Layer))
         ))),
         spec: Some("off".to_string()),
         spec_draft_max: Some(0),
@@ -271,7 +274,7 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
             }
             if matches!(
                 cfg.compute_trace,
-                Some((_, crate::sinks::compute_trace::Granularity::Node))
+                Some((_, crate::graph::timing::Granularity::Node))
             ) {
                 m.insert("compute_trace", "1");
             }
@@ -321,10 +324,13 @@ impl CsvSink {
     /// Creates `path` and writes the preamble and header.
     ///
     /// # Errors
-    /// A message naming the file when it cannot be created or written.
-    pub fn create(path: &Path, info: &RunInfo) -> Result<Self, String> {
-        let writer = MetricsWriter::create(path, info)
-            .map_err(|e| format!("cannot write --csv {}: {e}", path.display()))?;
+    /// [`SinkError::Create`] naming the file.
+    pub fn create(path: &Path, info: &RunInfo) -> Result<Self, SinkError> {
+        let writer = MetricsWriter::create(path, info).map_err(|source| SinkError::Create {
+            flag: FLAG,
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })?;
         Ok(Self {
             writer,
             path: path.to_path_buf(),
@@ -334,26 +340,29 @@ impl CsvSink {
     /// Appends one row (flushed).
     ///
     /// # Errors
-    /// A message naming the file when the write fails.
-    pub fn write_row(&mut self, row: &TokenRow) -> Result<(), String> {
+    /// [`SinkError::Write`] naming the file.
+    pub fn write_row(&mut self, row: &TokenRow) -> Result<(), SinkError> {
         self.writer
             .write_row(row)
-            .map_err(|e| format!("writing --csv {}: {e}", self.path.display()))
+            .map_err(|source| self.write_error(source))
     }
 
     /// Appends the `# summary` trailer (flushed).
     ///
     /// # Errors
-    /// A message naming the file when the write fails.
-    pub fn write_summary(&mut self, t: &SummaryTrailer) -> Result<(), String> {
+    /// [`SinkError::Write`] naming the file.
+    pub fn write_summary(&mut self, t: &SummaryTrailer) -> Result<(), SinkError> {
         self.writer
             .write_summary(t)
-            .map_err(|e| format!("writing --csv {}: {e}", self.path.display()))
+            .map_err(|source| self.write_error(source))
     }
 
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    fn write_error(&self, source: bmoe_telemetry::Error) -> SinkError {
+        SinkError::Write {
+            flag: FLAG,
+            path: self.path.clone(),
+            source: Box::new(source),
+        }
     }
 }
 
@@ -482,6 +491,7 @@ mod tests {
     fn an_unwritable_path_names_the_file() {
         let e =
             CsvSink::create(Path::new("/nonexistent-dir/x.csv"), &RunInfo::default()).unwrap_err();
-        assert!(e.contains("/nonexistent-dir/x.csv"));
+        assert!(e.to_string().contains("/nonexistent-dir/x.csv"), "{e}");
+        assert!(e.hint().contains("--csv"), "{}", e.hint());
     }
 }

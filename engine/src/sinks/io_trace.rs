@@ -4,44 +4,54 @@
 //! and stamps them with that decode.
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bmoe_telemetry::trace::{DecodeTraceInfo, IoRow, TraceWriter};
 
+use super::SinkError;
 use crate::stream::IoRecord;
 
+const FLAG: &str = "--io-trace";
+
 /// Writes the io trace, one decode at a time.
-pub struct IoTracer {
+pub struct IoTraceWriter {
     writer: TraceWriter<File, IoRow>,
-    path: String,
+    path: PathBuf,
 }
 
-impl IoTracer {
+impl IoTraceWriter {
     /// Creates `path` and writes the preamble.
     ///
     /// # Errors
-    /// A message naming the file when it cannot be written.
-    pub fn create(path: &Path, info: &DecodeTraceInfo) -> Result<Self, String> {
-        let writer = TraceWriter::create(path, info)
-            .map_err(|e| format!("cannot write --io-trace {}: {e}", path.display()))?;
+    /// [`SinkError::Create`] naming the file.
+    pub fn create(path: &Path, info: &DecodeTraceInfo) -> Result<Self, SinkError> {
+        let writer = TraceWriter::create(path, info).map_err(|source| SinkError::Create {
+            flag: FLAG,
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })?;
         Ok(Self {
             writer,
-            path: path.display().to_string(),
+            path: path.to_path_buf(),
         })
     }
 
     /// Writes the reads drained after one decode and flushes.
     ///
     /// # Errors
-    /// A message naming the file on a write error.
+    /// [`SinkError::Write`] naming the file (the trace stops there).
     pub fn write_decode(
         &mut self,
         turn: u32,
         phase: u8,
         step: i64,
         reads: &[IoRecord],
-    ) -> Result<(), String> {
-        let err = |e: bmoe_telemetry::Error| format!("writing --io-trace {}: {e}", self.path);
+    ) -> Result<(), SinkError> {
+        let err = |source| SinkError::Write {
+            flag: FLAG,
+            path: self.path.clone(),
+            source: Box::new(source),
+        };
         for r in reads {
             let row = IoRow {
                 turn,

@@ -1,7 +1,79 @@
 //! The output side: the metrics CSV, the route, compute and io traces, and the end-of-run report.
+//! Sinks receive finished rows (from the turn loop and from the graph's recorders) and write them
+//! through `bmoe_telemetry`'s writers; nothing here reaches back into the graph.
 
 pub mod compute_trace;
 pub mod csv;
 pub mod io_trace;
 pub mod report;
 pub mod route_trace;
+
+use std::path::{Path, PathBuf};
+
+/// An output file that could not be created or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The file could not be created before the model loaded.
+    #[error("cannot create {flag} {}: {source}", path.display())]
+    Preflight {
+        /// The flag that names the file (`--csv`, `--route-trace`, …).
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The preamble could not be written.
+    #[error("cannot write {flag} {}: {source}", path.display())]
+    Create {
+        /// The flag that names the file.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The writer's error.
+        source: Box<bmoe_telemetry::Error>,
+    },
+    /// A row or the trailer could not be written (the sink stops there).
+    #[error("writing {flag} {}: {source}", path.display())]
+    Write {
+        /// The flag that names the file.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The writer's error.
+        source: Box<bmoe_telemetry::Error>,
+    },
+}
+
+impl SinkError {
+    /// What to do about it.
+    pub fn hint(&self) -> String {
+        match self {
+            SinkError::Preflight { flag, .. } => {
+                format!("check that the folder of {flag} exists and is writable")
+            }
+            SinkError::Create { flag, .. } | SinkError::Write { flag, .. } => {
+                format!("check that the {flag} folder exists and is writable")
+            }
+        }
+    }
+}
+
+/// Creates (truncates) an output file before the model loads, so a path that cannot be written
+/// fails in a second instead of after a long load — or, worse, only warns.
+///
+/// # Errors
+/// [`SinkError::Preflight`] naming the flag and the file.
+pub fn preflight(path: &Path, flag: &'static str) -> Result<(), SinkError> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map(drop)
+        .map_err(|source| SinkError::Preflight {
+            flag,
+            path: path.to_path_buf(),
+            source,
+        })
+}

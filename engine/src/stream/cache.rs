@@ -91,11 +91,6 @@ impl ExpertCache {
         }
     }
 
-    /// The byte budget (0 = cache off).
-    pub fn budget(&self) -> u64 {
-        self.budget
-    }
-
     /// Bytes of entries currently resident.
     pub fn resident_bytes(&self) -> u64 {
         self.resident

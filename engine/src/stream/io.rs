@@ -56,14 +56,14 @@ pub struct ShardFile {
 }
 
 /// How a shard ended up being read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum DirectOutcome {
     /// O_DIRECT was not asked for.
     NotRequested,
     /// O_DIRECT verified against a buffered read.
     Direct,
     /// O_DIRECT refused or returned wrong data: buffered, with the reason.
-    Fallback(String),
+    Fallback(DirectRefusal),
 }
 
 impl ShardFile {
@@ -86,7 +86,7 @@ impl ShardFile {
             .custom_flags(libc::O_DIRECT)
             .open(path)
         {
-            Err(e) => Err(format!("O_DIRECT open refused ({e})")),
+            Err(e) => Err(DirectRefusal::Open(e)),
             Ok(direct) => verify_direct(&buffered, &direct).map(|()| direct),
         };
         Ok(match outcome {
@@ -144,21 +144,45 @@ impl ShardFile {
     }
 }
 
-fn verify_direct(buffered: &File, direct: &File) -> Result<(), String> {
-    let size = buffered.metadata().map_err(|e| e.to_string())?.len();
+/// Why a shard is read through the page cache instead of with O_DIRECT.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectRefusal {
+    /// The kernel or the file system refused the flag.
+    #[error("O_DIRECT open refused ({0})")]
+    Open(#[source] std::io::Error),
+    /// The file is too small to check.
+    #[error("file smaller than one O_DIRECT block")]
+    TooSmall,
+    /// No aligned buffer for the check.
+    #[error("cannot allocate an aligned buffer")]
+    NoBuffer,
+    /// The O_DIRECT read of the check failed.
+    #[error("O_DIRECT read failed ({0})")]
+    Read(#[source] std::io::Error),
+    /// The buffered side of the check failed (or the file's size could not be read).
+    #[error("{0}")]
+    Buffered(#[source] std::io::Error),
+    /// The two reads disagree.
+    #[error("O_DIRECT returns wrong data on this storage")]
+    WrongData,
+}
+
+fn verify_direct(buffered: &File, direct: &File) -> Result<(), DirectRefusal> {
+    let size = buffered.metadata().map_err(DirectRefusal::Buffered)?.len();
     if size < DIRECT_ALIGN {
-        return Err("file smaller than one O_DIRECT block".into());
+        return Err(DirectRefusal::TooSmall);
     }
     let at = (size / 2) / DIRECT_ALIGN * DIRECT_ALIGN;
-    let mut a =
-        AlignedBuf::zeroed(DIRECT_ALIGN as usize).ok_or("cannot allocate an aligned buffer")?;
+    let mut a = AlignedBuf::zeroed(DIRECT_ALIGN as usize).ok_or(DirectRefusal::NoBuffer)?;
     let mut b = vec![0u8; DIRECT_ALIGN as usize];
     let na = direct
         .read_at(a.as_mut_slice(), at)
-        .map_err(|e| format!("O_DIRECT read failed ({e})"))?;
-    let nb = buffered.read_at(&mut b, at).map_err(|e| e.to_string())?;
+        .map_err(DirectRefusal::Read)?;
+    let nb = buffered
+        .read_at(&mut b, at)
+        .map_err(DirectRefusal::Buffered)?;
     if na != nb || a.as_mut_slice()[..na] != b[..nb] {
-        return Err("O_DIRECT returns wrong data on this storage".into());
+        return Err(DirectRefusal::WrongData);
     }
     Ok(())
 }
@@ -281,19 +305,10 @@ impl Lanes {
         self.n
     }
 
-    /// The opened shards.
-    pub fn files(&self) -> &[ShardFile] {
-        &self.shared.files
-    }
-
     /// Reads every job, in parallel when there are lanes and jobs to share; returns the bytes
-    /// read (aligned windows included) or the first error.
-    pub fn run(&self, jobs: Vec<ReadJob>) -> Result<u64, ReadError> {
-        self.run_timed(jobs, None)
-    }
-
-    /// [`Self::run`], and with `timings` refilled with one [`JobTiming`] per job, in job order
-    /// (each lane writes the slots of the jobs it claimed; no lock on the read path).
+    /// read (aligned windows included) or the first error. With `timings`, it is refilled with
+    /// one [`JobTiming`] per job, in job order (each lane writes the slots of the jobs it
+    /// claimed; no lock on the read path).
     pub fn run_timed(
         &self,
         jobs: Vec<ReadJob>,

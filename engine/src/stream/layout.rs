@@ -4,56 +4,12 @@
 //! here without touching memory, so they are unit-tested without a model.
 
 use crate::ffi::WeightRef;
+use crate::model::index::ModelIndex;
 use crate::model::registry::Recipe;
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 
 /// Alignment of O_DIRECT windows (file offset, memory address and length).
 pub const DIRECT_ALIGN: u64 = 4096;
-
-/// One tensor's placement in a (possibly split) model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FilePlace {
-    /// Shard index (0 for a single-file model).
-    pub shard: usize,
-    /// Absolute byte offset of the data in that shard.
-    pub offset: u64,
-    /// Data size in bytes.
-    pub size: u64,
-}
-
-/// Every tensor of a model by name, and the shard files.
-#[derive(Debug, Clone, Default)]
-pub struct ModelIndex {
-    /// Shard paths in order (one entry for a single-file model).
-    pub shards: Vec<PathBuf>,
-    /// Shard sizes in bytes.
-    pub shard_sizes: Vec<u64>,
-    /// Tensor name → placement.
-    pub tensors: HashMap<String, FilePlace>,
-}
-
-impl ModelIndex {
-    /// The first tensor whose data runs past the end of its shard, as an error message.
-    pub fn truncation(&self) -> Option<String> {
-        let mut worst: Option<(&String, &FilePlace)> = None;
-        for (name, p) in &self.tensors {
-            let size = self.shard_sizes.get(p.shard).copied().unwrap_or(0);
-            if p.offset + p.size > size && worst.is_none_or(|(_, w)| p.offset < w.offset) {
-                worst = Some((name, p));
-            }
-        }
-        worst.map(|(name, p)| {
-            format!(
-                "model file is truncated: {} has {} bytes but tensor '{}' needs bytes up to {}",
-                self.shards[p.shard].display(),
-                self.shard_sizes[p.shard],
-                name,
-                p.offset + p.size
-            )
-        })
-    }
-}
 
 /// One expert tensor of one layer, bound to memory and file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -374,6 +330,7 @@ impl ReadJob {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::index::FilePlace;
     use crate::model::registry::recipe_for;
 
     const BASE: usize = 0x7f00_0000_0000;
@@ -540,7 +497,7 @@ mod tests {
     fn truncation_names_the_first_cut_tensor() {
         let mut idx = index(&[("a", 0, 100, 50), ("b", 0, 900, 200), ("c", 0, 2000, 10)]);
         idx.shard_sizes = vec![1000, 0];
-        let msg = idx.truncation().unwrap();
+        let msg = idx.truncation().unwrap().to_string();
         assert!(
             msg.contains("'b'") && msg.contains("1100") && msg.contains("a.gguf"),
             "{msg}"

@@ -7,9 +7,10 @@ pub mod layout;
 pub mod prefill;
 pub mod recycle;
 
+use crate::model::index::ModelIndex;
 use cache::{EntryId, ExpertCache, Touch};
 use io::{DirectOutcome, Lanes, ReadError, ShardFile};
-use layout::{ExpertLayout, ModelIndex, ReadJob};
+use layout::{ExpertLayout, ReadJob};
 use recycle::{MapBudget, PageRun};
 use std::sync::Arc;
 use std::time::Instant;
@@ -353,9 +354,46 @@ impl Streamer {
         };
         self.cache.begin_load();
         self.seen_gen += 1;
-        let mut jobs = Vec::new();
-        // (projection, expert, requested bytes) of each job, for the io log
-        let mut served: Vec<(u8, usize, usize)> = Vec::new();
+        let (misses, first_routed) = self.touch_routed(layer, ids);
+        // evict before reading: the victims' pages become the misses' pages (never the current
+        // load's entries, so nothing this layer computes on is released)
+        let victims = self.cache.evict_to_budget();
+        self.release(&victims, layer, &misses);
+        let Some(Some(experts)) = self.layout.layers.get(layer) else {
+            return Ok(());
+        };
+        let n_tensors = experts.tensors.len();
+        let (jobs, served) = self.plan_reads(layer, &misses);
+        let t1 = Instant::now();
+        self.stats.mgmt_ns += (t1 - t0).as_nanos() as u64;
+        self.stats.loads += 1;
+        self.stats.experts_read += misses.len() as u64;
+        if let Some(t) = trace {
+            self.fill_trace(t, routed, &before, &misses, &jobs, n_tensors);
+        }
+        let (result, t2) = self.read(layer, jobs, &served, t1);
+        match result {
+            Ok(bytes) => self.stats.read_bytes += bytes,
+            Err(e) => {
+                for &m in &misses {
+                    self.cache.invalidate(EntryId { layer, expert: m });
+                }
+                return Err(e);
+            }
+        }
+        self.stats.mgmt_ns += t2.elapsed().as_nanos() as u64;
+        if let Some(p) = self.poison {
+            self.apply_poison(layer, p, first_routed);
+        }
+        if let Some(peak) = self.peak_resident.as_mut() {
+            *peak = (*peak).max(self.arena.resident_bytes());
+        }
+        Ok(())
+    }
+
+    /// Looks up every routed expert of `layer` once (duplicates refresh the LRU only): the misses
+    /// in first-routed order, and the first routed expert (for test poisoning).
+    fn touch_routed(&mut self, layer: usize, ids: &[i32]) -> (Vec<usize>, Option<usize>) {
         let mut misses: Vec<usize> = Vec::new();
         let mut first_routed = None;
         for &raw in ids {
@@ -376,15 +414,23 @@ impl Streamer {
                 misses.push(e);
             }
         }
-        // evict before reading: the victims' pages become the misses' pages (never the current
-        // load's entries, so nothing this layer computes on is released)
-        let victims = self.cache.evict_to_budget();
-        self.release(&victims, layer, &misses);
+        (misses, first_routed)
+    }
+
+    /// The reads of `misses` in `layer`, tensor-major, and for the io log each job's
+    /// (projection, expert, requested bytes).
+    fn plan_reads(
+        &self,
+        layer: usize,
+        misses: &[usize],
+    ) -> (Vec<ReadJob>, Vec<(u8, usize, usize)>) {
+        let mut jobs = Vec::new();
+        let mut served = Vec::new();
         let Some(Some(experts)) = self.layout.layers.get(layer) else {
-            return Ok(());
+            return (jobs, served);
         };
         for (proj, t) in experts.tensors.iter().enumerate() {
-            for &e in &misses {
+            for &e in misses {
                 if self.io_log.is_some() {
                     served.push((u8::try_from(proj).unwrap_or(u8::MAX), e, t.stride));
                 }
@@ -398,13 +444,18 @@ impl Streamer {
                 ));
             }
         }
-        let t1 = Instant::now();
-        self.stats.mgmt_ns += (t1 - t0).as_nanos() as u64;
-        self.stats.loads += 1;
-        self.stats.experts_read += misses.len() as u64;
-        if let Some(t) = trace {
-            self.fill_trace(t, routed, &before, &misses, &jobs, experts.tensors.len());
-        }
+        (jobs, served)
+    }
+
+    /// Runs `jobs` on the lanes (started at `t1`), logs them for the io trace and counts the
+    /// blocked time; returns the outcome and when the read phase ended.
+    fn read(
+        &mut self,
+        layer: usize,
+        jobs: Vec<ReadJob>,
+        served: &[(u8, usize, usize)],
+        t1: Instant,
+    ) -> (Result<u64, ReadError>, Instant) {
         let had_reads = !jobs.is_empty();
         let offsets: Vec<(u64, usize)> = if self.io_log.is_some() {
             jobs.iter().map(|j| (j.offset, j.len)).collect()
@@ -433,23 +484,7 @@ impl Streamer {
         if had_reads {
             self.stats.io_ns += (t2 - t1).as_nanos() as u64;
         }
-        match result {
-            Ok(bytes) => self.stats.read_bytes += bytes,
-            Err(e) => {
-                for &m in &misses {
-                    self.cache.invalidate(EntryId { layer, expert: m });
-                }
-                return Err(e);
-            }
-        }
-        self.stats.mgmt_ns += t2.elapsed().as_nanos() as u64;
-        if let Some(p) = self.poison {
-            self.apply_poison(layer, p, first_routed);
-        }
-        if let Some(peak) = self.peak_resident.as_mut() {
-            *peak = (*peak).max(self.arena.resident_bytes());
-        }
-        Ok(())
+        (result, t2)
     }
 
     /// Releases the pages of evicted entries: moved to the missed slices of `layer` (page

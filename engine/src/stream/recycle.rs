@@ -58,6 +58,7 @@ impl MapBudget {
         }
     }
 
+    #[cfg(test)]
     /// Mappings still available.
     pub fn left(&self) -> usize {
         self.left

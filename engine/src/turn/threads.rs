@@ -194,16 +194,19 @@ impl ThreadGovernor {
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
+    #[cfg(test)]
     /// The counts chosen from, largest first.
     pub fn arms(&self) -> &[usize] {
         &self.arms
     }
 
+    #[cfg(test)]
     /// Tokens run with each count of [`Self::arms`].
     pub fn used(&self) -> &[u64] {
         &self.used
     }
 
+    #[cfg(test)]
     /// How often the best count changed.
     pub fn switches(&self) -> u64 {
         self.switches

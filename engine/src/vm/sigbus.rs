@@ -153,19 +153,60 @@ pub fn set_request(id: i64) {
 ///
 /// # Errors
 /// The variable is not a byte count, or the file cannot be opened or truncated.
-pub fn truncate_if_testing(model: &Path) -> Result<(), String> {
+pub fn truncate_if_testing(model: &Path) -> Result<(), TestHookError> {
     let Ok(value) = std::env::var(TEST_TRUNCATE_ENV) else {
         return Ok(());
     };
     let len: u64 = value
         .trim()
         .parse()
-        .map_err(|e| format!("{TEST_TRUNCATE_ENV}={value}: {e}"))?;
+        .map_err(|source| TestHookError::NotAByteCount {
+            var: TEST_TRUNCATE_ENV,
+            value: value.clone(),
+            source,
+        })?;
     std::fs::OpenOptions::new()
         .write(true)
         .open(model)
         .and_then(|f| f.set_len(len))
-        .map_err(|e| format!("{TEST_TRUNCATE_ENV}: {}: {e}", model.display()))
+        .map_err(|source| TestHookError::File {
+            var: TEST_TRUNCATE_ENV,
+            path: model.to_path_buf(),
+            source,
+        })
+}
+
+/// A test hook (an environment variable only tests set) that could not do its job.
+#[derive(Debug, thiserror::Error)]
+pub enum TestHookError {
+    /// The variable is not a byte count.
+    #[error("{var}={value}: {source}")]
+    NotAByteCount {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it does not parse.
+        source: std::num::ParseIntError,
+    },
+    /// The file could not be changed.
+    #[error("{var}: {}: {source}", path.display())]
+    File {
+        /// The variable.
+        var: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A rename the hook asked for failed.
+    #[error("{var}: {source}")]
+    Rename {
+        /// The variable.
+        var: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
 }
 
 /// The pre-formatted report naming `what`.

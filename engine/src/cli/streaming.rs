@@ -1,0 +1,121 @@
+//! Expert streaming: `--moe-stream`, the cache budget (a size or `auto` with its bounds), the
+//! read lanes and O_DIRECT, and the `--load-all` baseline.
+
+use super::error::ConfigError;
+use clap::Args;
+
+/// Streaming flags.
+#[derive(Debug, Clone, Args)]
+pub struct StreamArgs {
+    /// Stream routed experts from flash instead of keeping them mapped
+    #[arg(long = "moe-stream")]
+    pub moe_stream: bool,
+    /// Expert cache budget in MiB (0 = off: only the current layer's experts stay resident), or
+    /// `auto`: sized once at load from MemAvailable / the memory cgroup, whichever is tighter
+    #[arg(long = "cache-mb", default_value = "0", value_name = "MIB|auto")]
+    pub cache_mb: String,
+    /// `--cache-mb auto`: MiB to leave free for everything else [default: scaled with the
+    /// memory: a quarter of it, 128..=1536 MiB, lowered to fit one cache cycle]
+    #[arg(long = "cache-floor-mb", value_name = "MIB")]
+    pub cache_floor_mb: Option<i64>,
+    /// `--cache-mb auto`: upper bound in MiB (0 = none)
+    #[arg(long = "cache-ceil-mb", default_value_t = 0, value_name = "MIB")]
+    pub cache_ceil_mb: i64,
+    /// Read every expert of every layer on each token (A/B baseline; needs --moe-stream)
+    #[arg(long = "load-all")]
+    pub load_all: bool,
+    /// Parallel expert reads (1-8)
+    #[arg(long = "io-threads", default_value_t = 4, value_name = "N")]
+    pub io_threads: i64,
+    /// Read experts through the page cache instead of O_DIRECT
+    #[arg(long = "no-odirect")]
+    pub no_odirect: bool,
+}
+
+/// `--cache-mb auto` bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheAuto {
+    /// MiB to leave free (`None` = scaled, see `memory::autocache`).
+    pub floor_mb: Option<u64>,
+    /// Cap in MiB (0 = none).
+    pub ceil_mb: u64,
+}
+
+/// Streaming settings as resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// Cache budget in MiB (0 = off); under `auto` the value sized at load replaces it.
+    pub cache_mb: u64,
+    /// `--cache-mb auto`, when given.
+    pub auto: Option<CacheAuto>,
+    /// `--load-all`: read every expert on every layer load.
+    pub load_all: bool,
+    /// I/O lanes.
+    pub io_threads: usize,
+    /// O_DIRECT requested.
+    pub o_direct: bool,
+}
+
+impl StreamArgs {
+    /// `None` without `--moe-stream` (its knobs are then inert, as in the original engine).
+    pub(super) fn resolve(&self) -> Result<Option<StreamConfig>, ConfigError> {
+        if !self.moe_stream {
+            return Ok(None);
+        }
+        if !(1..=8).contains(&self.io_threads) {
+            return Err(ConfigError::new(
+                "--io-threads",
+                format!("--io-threads must be in 1..=8 (got {})", self.io_threads),
+                "4 lanes saturate most flash; 1 reads serially",
+            ));
+        }
+        let (cache_mb, auto) = self.cache()?;
+        Ok(Some(StreamConfig {
+            cache_mb,
+            auto,
+            load_all: self.load_all,
+            io_threads: self.io_threads as usize,
+            o_direct: !self.no_odirect,
+        }))
+    }
+
+    /// `--cache-mb`: a size in MiB, or `auto` with its bounds.
+    fn cache(&self) -> Result<(u64, Option<CacheAuto>), ConfigError> {
+        match self.cache_mb.trim() {
+            "auto" => {
+                for (flag, v) in [
+                    ("--cache-floor-mb", self.cache_floor_mb.unwrap_or(0)),
+                    ("--cache-ceil-mb", self.cache_ceil_mb),
+                ] {
+                    if v < 0 {
+                        return Err(ConfigError::new(
+                            flag,
+                            format!("{flag} must be >= 0 (got {v})"),
+                            "a size in MiB; --cache-ceil-mb 0 means no cap",
+                        ));
+                    }
+                }
+                Ok((
+                    0,
+                    Some(CacheAuto {
+                        floor_mb: self.cache_floor_mb.map(|f| f as u64),
+                        ceil_mb: self.cache_ceil_mb as u64,
+                    }),
+                ))
+            }
+            text => match text.parse::<i64>() {
+                Ok(mb) if mb >= 0 => Ok((mb as u64, None)),
+                Ok(mb) => Err(ConfigError::new(
+                    "--cache-mb",
+                    format!("--cache-mb must be >= 0 (got {mb})"),
+                    "0 turns the cache off",
+                )),
+                Err(_) => Err(ConfigError::new(
+                    "--cache-mb",
+                    format!("--cache-mb expects a number of MiB or 'auto', got '{text}'"),
+                    "e.g. --cache-mb 2048, or --cache-mb auto to size it from free memory",
+                )),
+            },
+        }
+    }
+}

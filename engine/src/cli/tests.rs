@@ -1,0 +1,191 @@
+//! Flag resolution: defaults, the spec order of errors, seeds, help text.
+
+use super::model::{DEFAULT_PROMPT, default_threads};
+use super::session::DEFAULT_DECIDE_STATE_MAX_MIB;
+use super::streaming::CacheAuto;
+use super::*;
+use clap::Parser;
+use std::path::PathBuf;
+
+fn parse(args: &[&str]) -> Result<RunConfig, ConfigError> {
+    let mut v = vec!["bmoe-cli"];
+    v.extend_from_slice(args);
+    Cli::try_parse_from(v).expect("clap parse").resolve()
+}
+
+#[test]
+fn defaults_resolve() {
+    let c = parse(&["-m", "x.gguf"]).unwrap();
+    assert_eq!(c.n_predict, 128);
+    assert_eq!(c.threads as i64, default_threads());
+    assert!((1..=4).contains(&c.threads));
+    assert_eq!((c.n_ctx, c.n_batch, c.n_ubatch), (2048, 2048, 2048));
+    assert_eq!(c.sampling, Sampling::Greedy);
+    assert_eq!(c.stream, None);
+    assert_eq!(c.prompt, DEFAULT_PROMPT);
+    let s = parse(&[
+        "-m",
+        "x.gguf",
+        "--moe-stream",
+        "--cache-mb",
+        "2",
+        "--io-threads",
+        "1",
+        "--no-odirect",
+        "--ubatch",
+        "64",
+    ])
+    .unwrap();
+    assert_eq!(
+        s.stream,
+        Some(StreamConfig {
+            cache_mb: 2,
+            auto: None,
+            load_all: false,
+            io_threads: 1,
+            o_direct: false
+        })
+    );
+    assert_eq!(s.n_ubatch, 64);
+}
+
+#[test]
+fn errors_name_the_flag_in_spec_order() {
+    let e = |a: &[&str]| parse(a).unwrap_err().message;
+    assert!(e(&[]).contains("-m/--model"));
+    assert!(e(&["-m", "x", "-n", "0", "-t", "0"]).contains("-n/--n-predict"));
+    assert!(e(&["-m", "x", "-t", "-1"]).contains("-t/--threads"));
+    assert!(e(&["-m", "x", "-c", "0"]).contains("-c/--ctx-size"));
+    assert!(e(&["-m", "x", "--ubatch", "-1"]).contains("--ubatch"));
+    assert_eq!(
+        e(&["-m", "x", "-c", "64", "--ubatch", "65"]),
+        "--ubatch=65 exceeds -c/--ctx-size=64"
+    );
+    assert!(e(&["-m", "x", "--n-expert-used", "-2"]).contains("--n-expert-used"));
+    assert!(e(&["-m", "x", "--temp", "0.5", "--top-k", "-1"]).contains("--top-k"));
+    assert!(e(&["-m", "x", "--temp", "0.5", "--top-p", "0"]).contains("--top-p"));
+    assert!(e(&["-m", "x", "--temp", "0.5", "--top-p", "1.5"]).contains("--top-p"));
+    assert!(e(&["-m", "x", "--moe-stream", "--io-threads", "9"]).contains("--io-threads"));
+    assert!(e(&["-m", "x", "--moe-stream", "--io-threads", "0"]).contains("--io-threads"));
+    assert!(e(&["-m", "x", "--moe-stream", "--cache-mb", "-1"]).contains("--cache-mb"));
+    assert!(e(&["-m", "x", "--test-poison", "routed"]).contains("--moe-stream"));
+    assert!(e(&["-m", "x", "--moe-stream", "--cache-mb", "lots"]).contains("'auto'"));
+    assert!(
+        e(&[
+            "-m",
+            "x",
+            "--moe-stream",
+            "--cache-mb",
+            "auto",
+            "--cache-floor-mb",
+            "-1"
+        ])
+        .contains("--cache-floor-mb")
+    );
+    assert!(e(&["-m", "x", "--dense-weights", "ahwb"]).contains("Android only"));
+    assert!(e(&["-m", "x", "--dense-weights", "zram"]).contains("mmap|warm|anon|ahwb"));
+    assert!(e(&["-m", "x", "--load-all"]).contains("--moe-stream"));
+    assert!(e(&["-m", "x", "--no-think"]).contains("--chatml"));
+    assert!(e(&["-m", "x", "--decide"]).contains("--session"));
+    assert!(e(&["-m", "x", "--decide-state-max-mib", "4"]).contains("--decide"));
+    assert!(e(&["-m", "x", "--session", "--decide-state-max-mib", "4"]).contains("--decide"));
+}
+
+#[test]
+fn sampling_seed_is_resolved_never_left_to_llama_cpp() {
+    let seed = |extra: &[&str]| {
+        let mut a = vec!["-m", "x", "--temp", "0.8"];
+        a.extend_from_slice(extra);
+        match parse(&a).unwrap().sampling {
+            Sampling::Sample { seed, .. } => seed,
+            Sampling::Greedy => panic!("--temp 0.8 samples"),
+        }
+    };
+    assert_eq!(seed(&["--seed", "42"]), 42);
+    assert_eq!(seed(&["--seed", "0"]), 0);
+    // no --seed: a concrete seed is drawn (never llama.cpp's "random" sentinel), and two
+    // draws differ (a fixed fallback would make every "random" run the same)
+    let draws: Vec<u32> = (0..4).map(|_| seed(&[])).collect();
+    assert!(draws.iter().all(|&s| s != u32::MAX), "{draws:?}");
+    assert!(draws.windows(2).any(|w| w[0] != w[1]), "{draws:?}");
+    // llama.cpp's "random" value is refused at the flag
+    let e = Cli::try_parse_from(["bmoe-cli", "-m", "x", "--seed", "4294967295"]).unwrap_err();
+    assert!(e.to_string().contains("0..=4294967294"), "{e}");
+}
+
+#[test]
+fn help_states_one_default_per_flag() {
+    use clap::CommandFactory;
+    let help = Cli::command().render_long_help().to_string();
+    for flag in ["--seed <N>", "--threads <N>"] {
+        let at = help.find(flag).expect("flag in --help");
+        let end = help[at..].find("\n\n").map_or(help.len(), |e| at + e);
+        let text = &help[at..end];
+        assert_eq!(text.matches("default").count(), 1, "{text}");
+    }
+}
+
+#[test]
+fn decide_state_cap_resolves() {
+    let d = |extra: &[&str]| {
+        let mut a = vec!["-m", "x", "--session", "--decide"];
+        a.extend_from_slice(extra);
+        parse(&a).unwrap().decide_state_max_mib
+    };
+    assert_eq!(d(&[]), DEFAULT_DECIDE_STATE_MAX_MIB);
+    assert_eq!(d(&["--decide-state-max-mib", "0"]), 0);
+    assert_eq!(d(&["--decide-state-max-mib", "64"]), 64);
+}
+
+#[test]
+fn memory_policy_flags_resolve() {
+    let c = parse(&[
+        "-m",
+        "x",
+        "--moe-stream",
+        "--cache-mb",
+        "auto",
+        "--cache-floor-mb",
+        "64",
+        "--cache-ceil-mb",
+        "512",
+        "--dense-weights",
+        "anon",
+        "--load-all",
+        "--csv",
+        "m.csv",
+        "--chatml",
+        "--no-think",
+    ])
+    .unwrap();
+    let s = c.stream.unwrap();
+    assert_eq!(
+        s.auto,
+        Some(CacheAuto {
+            floor_mb: Some(64),
+            ceil_mb: 512
+        })
+    );
+    assert!(s.load_all);
+    assert_eq!(c.dense_weights, DenseWeights::Anon);
+    assert_eq!(c.csv, Some(PathBuf::from("m.csv")));
+    assert!(c.chatml && !c.think);
+}
+
+#[test]
+fn inert_flags_are_not_rejected_without_streaming() {
+    // as in the original: streaming knobs are simply inert without --moe-stream
+    assert!(parse(&["-m", "x", "--io-threads", "99", "--cache-mb", "-5"]).is_ok());
+    // sampling knobs are only checked when sampling
+    assert!(parse(&["-m", "x", "--top-p", "7"]).is_ok());
+}
+
+#[test]
+fn every_error_has_a_hint() {
+    for args in [
+        &["-m", "x", "-n", "0"][..],
+        &["-m", "x", "--moe-stream", "--io-threads", "9"],
+    ] {
+        assert!(!parse(args).unwrap_err().hint.is_empty());
+    }
+}

@@ -1,0 +1,410 @@
+//! [`Engine::generate`]: a turn's prefill, then the token loop — one single-token decode per
+//! generated token, its cost measured into a row (the CSV, `BMOE_PROGRESS`), its text streamed
+//! (raw, or split into reasoning and answer) — and the turn's summary and trailer.
+
+use super::outputs::Outputs;
+use super::pick::{argmax_except, logits_hash};
+use super::prefill::Prefilled;
+use super::{Engine, Generation, Turn};
+use crate::chat::reasoning::ReasoningSplitter;
+use crate::chat::text::Utf8Stream;
+use crate::error::EngineError;
+use crate::ffi::{DecodeError, Token};
+use crate::graph::hook::MoeHook;
+use crate::graph::span::DecodeSpan;
+use crate::memory::picture::{MemorySnapshot, cgroup_memory};
+use crate::sinks::csv::{RowContext, TrailerContext, token_row, trailer};
+use crate::sinks::report::{
+    RunSummary, StreamSummary, TokenStats, load_line, progress_line, progress_line_deltas,
+};
+use crate::stream::StreamStats;
+use crate::vm::{process_sample, system_page_size};
+use bmoe_telemetry::deltas::DeltaEncoder;
+use std::io::Write;
+use std::time::Instant;
+
+/// What the token loop carries from one token to the next.
+struct TokenLoop {
+    encoder: DeltaEncoder,
+    text: Utf8Stream,
+    splitter: Option<ReasoningSplitter>,
+    /// Streaming counters at the turn's first token and after the latest one.
+    base: Option<StreamStats>,
+    prev: Option<StreamStats>,
+    hashes: Vec<u64>,
+    /// When the previous decode's bracket ended (the loop overhead's start).
+    last_end: Instant,
+    summary: RunSummary,
+    trailer: TrailerContext,
+}
+
+/// One generated token's decode, measured.
+struct Decoded {
+    row: TokenStats,
+    wall_s: f64,
+    loop_overhead_ms: f64,
+    probe_ms: f64,
+}
+
+impl Engine<'_> {
+    /// Runs one turn: prefills `turn.tokens[turn.n_reused..]` (the KV must hold exactly the
+    /// first `n_reused`), then generates up to `turn.n_predict` tokens, writing per-token output
+    /// to `out`, rows to the CSV and a `# summary` trailer at the end. `cancelled` is polled
+    /// between tokens and after an aborted decode: when it says so the turn stops early and
+    /// returns with [`Generation::cancelled`] set (the KV then holds a partial turn).
+    ///
+    /// # Errors
+    /// A failed decode (with the streamer's read error when that is what stopped it).
+    pub fn generate(
+        &mut self,
+        turn: &Turn<'_>,
+        out: &mut dyn Write,
+        note: &mut dyn Write,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Generation, EngineError> {
+        let Some(fresh) = turn.tokens.get(turn.n_reused..).filter(|t| !t.is_empty()) else {
+            return Err(EngineError::Internal(
+                "a turn must prefill at least one token",
+            ));
+        };
+        let n_prompt = fresh.len();
+        let (prefill_s, trailer) = match self.prefill(turn, note, cancelled)? {
+            Prefilled::Done { prefill_s, trailer } => (prefill_s, trailer),
+            Prefilled::Cancelled => return Ok(self.cancelled_in_prefill(note)),
+        };
+        self.forced_at = 0;
+        let base = self.stream_stats();
+        let mut lp = TokenLoop {
+            encoder: DeltaEncoder::new(),
+            text: Utf8Stream::default(),
+            splitter: turn.split.map(ReasoningSplitter::new),
+            base,
+            prev: base,
+            hashes: Vec::new(),
+            last_end: Instant::now(),
+            summary: RunSummary {
+                threads: self.cfg.threads,
+                n_prompt,
+                prefill_s,
+                load_s: self.load_s,
+                ..Default::default()
+            },
+            trailer,
+        };
+        let mut g = Generation::default();
+        let mut tok = self.pick(&mut lp.hashes);
+        for step in 1..=turn.n_predict {
+            if self.ctx.model().is_eog(tok) || self.forced_over() {
+                lp.hashes.pop();
+                break;
+            }
+            if cancelled() {
+                g.cancelled = true;
+                lp.hashes.pop();
+                break;
+            }
+            if self.cfg.dump_logits_hash
+                && let Some(h) = lp.hashes.last()
+            {
+                let _ = writeln!(note, "logits-hash step={step} token={tok} hash={h:016x}");
+            }
+            g.tokens.push(tok);
+            let pos = (turn.tokens.len() + step - 1) as i64;
+            let Some(d) = self.decode_token(turn, step, tok, pos, &mut lp, note, cancelled)? else {
+                // the token was never decoded: it is not part of the turn
+                g.tokens.pop();
+                lp.hashes.pop();
+                g.cancelled = true;
+                break;
+            };
+            self.record_token(turn, &d, &mut lp, note);
+            let next = self.pick(&mut lp.hashes);
+            let last =
+                step == turn.n_predict || self.ctx.model().is_eog(next) || self.forced_over();
+            self.emit_token(turn, tok, &d.row, last, &mut lp, out);
+            g.rows.push(d.row);
+            tok = next;
+        }
+        Ok(self.finish_turn(g, lp, note, out))
+    }
+
+    /// The trailer and result of a turn cancelled before its first token: the turn took a turn
+    /// number, so its trailer says it ended before any token.
+    fn cancelled_in_prefill(&mut self, note: &mut dyn Write) -> Generation {
+        let g = Generation {
+            cancelled: true,
+            summary: RunSummary {
+                threads: self.cfg.threads,
+                load_s: self.load_s,
+                ..Default::default()
+            },
+            trailer: TrailerContext {
+                cache_budget_mib: self.cache_budget_mib(),
+                cancelled: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        if let Some(sink) = self.outputs.csv.as_mut()
+            && let Err(e) = sink.write_summary(&trailer(&g.summary, &g.trailer))
+        {
+            let _ = writeln!(note, "bmoe: warning: {e}");
+        }
+        g
+    }
+
+    /// Decodes `tok` at `pos` and measures it; `None` when a cancel aborted the decode.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_token(
+        &mut self,
+        turn: &Turn<'_>,
+        step: usize,
+        tok: Token,
+        pos: i64,
+        lp: &mut TokenLoop,
+        note: &mut dyn Write,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Option<Decoded>, EngineError> {
+        if let Some(gov) = self.governor.as_mut() {
+            let n = gov.next_threads();
+            // prefill (batched decodes) keeps the full count
+            self.ctx.set_threads(n as i32, self.cfg.threads as i32);
+        }
+        let p0 = process_sample();
+        let t0 = Instant::now();
+        let loop_overhead_ms = (t0 - lp.last_end).as_secs_f64() * 1e3;
+        let mut batch = [tok];
+        let span = DecodeSpan {
+            turn: turn.turn,
+            prefill: false,
+            pos0: pos,
+            n_tokens: 1,
+        };
+        Outputs::begin_decode(&mut self.ctx, span);
+        let r = self.ctx.decode(&mut batch);
+        // the throttled dense-residency probe is this token's cache management (the seed's
+        // mgmt_ms): timed inside the token's bracket, so the wall − io − mgmt residual stays
+        // the compute and the next token's loop_overhead_ms does not carry it
+        let (dense_resident_frac, probe_ms) = self.probe.sample(step);
+        let wall = t0.elapsed();
+        lp.last_end = Instant::now();
+        let p1 = process_sample();
+        // trace writing lands in the next token's loop_overhead_ms, not in this decode
+        self.outputs.end_decode(&mut self.ctx, span, note);
+        if let Err(e) = r {
+            let read_err = self.ctx.hook_mut().and_then(MoeHook::take_error);
+            if read_err.is_none() && e == DecodeError::Aborted && cancelled() {
+                return Ok(None);
+            }
+            return Err(EngineError::decode("generation decode", e, read_err));
+        }
+        let now = self.stream_stats();
+        let d = match (now, lp.prev) {
+            (Some(n), Some(p)) => StreamStats {
+                read_bytes: n.read_bytes - p.read_bytes,
+                io_ns: n.io_ns - p.io_ns,
+                mgmt_ns: n.mgmt_ns - p.mgmt_ns,
+                ..n
+            },
+            _ => StreamStats::default(),
+        };
+        lp.prev = now;
+        let hit = match now {
+            Some(n) if self.cache_on() && n.lookups > 0 => 100.0 * n.hits as f64 / n.lookups as f64,
+            _ => -1.0,
+        };
+        let row = TokenStats {
+            step,
+            steps: turn.n_predict,
+            wall_ms: wall.as_secs_f64() * 1e3,
+            io_ms: d.io_ns as f64 / 1e6,
+            mgmt_ms: d.mgmt_ns as f64 / 1e6 + probe_ms,
+            stall_ms: 0.0,
+            read_bytes: d.read_bytes,
+            cache_hit_pct: hit,
+            majflt: p1.majflt.saturating_sub(p0.majflt),
+            cpu_ms: p1.cpu_ns.saturating_sub(p0.cpu_ns) as f64 / 1e6,
+            dense_resident_frac,
+            compute_ms: 0.0,
+        }
+        .with_residual();
+        if let Some(gov) = self.governor.as_mut() {
+            // flash reads and cache work do not depend on the compute threads: judge the
+            // count by the rest of the token
+            gov.record(row.compute_ms);
+        }
+        Ok(Some(Decoded {
+            row,
+            wall_s: wall.as_secs_f64(),
+            loop_overhead_ms,
+            probe_ms,
+        }))
+    }
+
+    /// Adds a decoded token to the CSV and the turn's summary.
+    fn record_token(
+        &mut self,
+        turn: &Turn<'_>,
+        d: &Decoded,
+        lp: &mut TokenLoop,
+        note: &mut dyn Write,
+    ) {
+        lp.trailer.loop_overhead_s += d.loop_overhead_ms / 1e3;
+        let cache_budget_mib = self.cache_budget_mib();
+        if let Some(sink) = self.outputs.csv.as_mut() {
+            let rctx = RowContext {
+                turn: u64::from(turn.turn),
+                memory: MemorySnapshot::sample(),
+                cache_budget_mib,
+                loop_overhead_ms: d.loop_overhead_ms,
+                page_size: system_page_size() as u64,
+            };
+            if let Err(e) = sink.write_row(&token_row(&d.row, &rctx)) {
+                let _ = writeln!(note, "bmoe: warning: {e} — metrics stop here");
+                self.outputs.csv = None;
+            }
+        }
+        let s = &mut lp.summary;
+        s.n_gen += 1;
+        s.decode_s += d.wall_s;
+        s.cpu_s += d.row.cpu_ms / 1e3;
+        s.probe_s += d.probe_ms / 1e3;
+        s.majflt += d.row.majflt;
+    }
+
+    /// Writes a token's text (raw) or its protocol lines (`--progress`, sessions). The next token
+    /// is picked before this one's line goes out, so the turn's `last` line is known as such and
+    /// releases everything held back (an incomplete character, a possible marker): the deltas then
+    /// add up to the final texts exactly.
+    fn emit_token(
+        &self,
+        turn: &Turn<'_>,
+        tok: Token,
+        row: &TokenStats,
+        last: bool,
+        lp: &mut TokenLoop,
+        out: &mut dyn Write,
+    ) {
+        let mut delta = lp.text.push(&self.ctx.model().token_piece(tok));
+        if last {
+            delta.push_str(&lp.text.finish());
+        }
+        if let Some(s) = lp.splitter.as_mut() {
+            s.push(&delta);
+            if last {
+                s.finish();
+            }
+        }
+        if turn.progress {
+            if let Some(l) = load_line(row) {
+                let _ = writeln!(out, "{l}");
+            }
+            let line = match lp.splitter.as_ref() {
+                Some(s) => {
+                    let (reasoning, answer) = s.split();
+                    progress_line_deltas(row, &lp.encoder.encode(&reasoning, &answer))
+                }
+                None => progress_line(row, &delta),
+            };
+            let _ = writeln!(out, "{line}");
+        } else {
+            let _ = write!(out, "{delta}");
+        }
+        let _ = out.flush();
+    }
+
+    /// The turn's summary, the CSV trailer, and the texts.
+    fn finish_turn(
+        &mut self,
+        mut g: Generation,
+        mut lp: TokenLoop,
+        note: &mut dyn Write,
+        out: &mut dyn Write,
+    ) -> Generation {
+        lp.trailer.loop_overhead_s += lp.last_end.elapsed().as_secs_f64();
+        if let Some(gov) = self.governor.as_ref() {
+            let _ = writeln!(note, "bmoe: {}", gov.summary());
+        }
+        g.tail = lp.text.finish();
+        if self.streaming
+            && let (Some(n), Some(b)) = (self.stream_stats(), lp.base)
+        {
+            lp.summary.stream = Some(StreamSummary {
+                read_bytes: n.read_bytes - b.read_bytes,
+                io_s: (n.io_ns - b.io_ns) as f64 / 1e9,
+                mgmt_s: (n.mgmt_ns - b.mgmt_ns) as f64 / 1e9,
+                cache_hit_pct: if self.cache_on() && n.lookups > 0 {
+                    100.0 * n.hits as f64 / n.lookups as f64
+                } else {
+                    -1.0
+                },
+                resident_bytes: n.resident_bytes,
+                evictions: n.evictions,
+                rereads: n.rereads,
+                auto_budget_mib: self.auto_budget,
+                token_demand_bytes: n.token_demand_bytes,
+                layer_demand_bytes: n.layer_demand_bytes,
+            });
+        }
+        lp.trailer.cgroup_usage_bytes = cgroup_memory()
+            .filter(|c| c.limit.is_some())
+            .map(|c| c.usage);
+        lp.trailer.cancelled = g.cancelled;
+        if let Some(sink) = self.outputs.csv.as_mut()
+            && let Err(e) = sink.write_summary(&trailer(&lp.summary, &lp.trailer))
+        {
+            let _ = writeln!(note, "bmoe: warning: {e}");
+        }
+        let _ = out.flush();
+        g.text = lp.text.text().to_string();
+        (g.reasoning, g.answer) = match lp.splitter.as_mut() {
+            Some(s) => {
+                // a cancelled turn ends with what its lines carried; a finished one has
+                // released everything already (finish is idempotent)
+                if !g.cancelled {
+                    s.push(&g.tail);
+                    s.finish();
+                }
+                s.split()
+            }
+            None => (String::new(), g.text.clone()),
+        };
+        g.logits_hashes = lp.hashes;
+        g.summary = lp.summary;
+        g.trailer = lp.trailer;
+        g
+    }
+}
+
+impl Engine<'_> {
+    /// The next token after the last decode: the sampler's (or argmax) pick, the benchmark
+    /// feed's, or (`--test-force-text`) the next forced one. Records the logits' hash.
+    pub(super) fn pick(&mut self, hashes: &mut Vec<u64>) -> Token {
+        let model = self.ctx.model();
+        let logits = self.ctx.last_logits();
+        hashes.push(logits_hash(logits));
+        let chosen = match self.sampler.as_mut() {
+            Some(s) => self.ctx.sample(s),
+            None => argmax_except(logits, &self.banned),
+        };
+        if !self.forced.is_empty() {
+            self.forced_at += 1;
+            // past the end the pick is never decoded: the turn ends (`forced_over`)
+            return self
+                .forced
+                .get(self.forced_at - 1)
+                .copied()
+                .unwrap_or(chosen);
+        }
+        match self.feed.as_mut() {
+            Some(f) => f.next_token(model.n_vocab(), |t| model.is_eog(t)),
+            None => chosen,
+        }
+    }
+
+    /// `--test-force-text`: the forced tokens are all out, so the turn ends as at an
+    /// end-of-generation token.
+    pub(super) fn forced_over(&self) -> bool {
+        !self.forced.is_empty() && self.forced_at > self.forced.len()
+    }
+}

@@ -1,0 +1,126 @@
+//! Loading: read the header, check the flags that depend on the model, create every output
+//! file the run will write (so a bad path fails in a second, not after a long load), and load
+//! the weights through llama.cpp.
+
+use crate::cli::{Cli, RunConfig};
+use crate::error::EngineError;
+use crate::ffi::{Model, ModelOptions};
+use crate::model::default_model;
+use crate::model::facts::{ModelFacts, read_facts};
+use crate::model::registry::recipe_for;
+use crate::sinks::preflight;
+use crate::vm::sigbus::TestHookError;
+use std::io::Write;
+use std::time::Instant;
+
+/// Env var (test only): after llama.cpp has loaded the model, rename this file over the model
+/// path, so expert reads hit a different (e.g. truncated) file — a deterministic stand-in for a
+/// file changing under a running engine.
+pub const TEST_REPLACE_ENV: &str = "BMOE_TEST_REPLACE_AFTER_LOAD";
+
+/// A model loaded by llama.cpp, with what its header says.
+pub struct LoadedModel {
+    /// The header facts.
+    pub facts: ModelFacts,
+    /// The weights.
+    pub model: Model,
+    /// When loading started (the `load_s` clock).
+    pub(super) t_load: Instant,
+}
+
+/// Reads the header, checks the flags that depend on the model, creates every output file the
+/// run will write, and loads the weights.
+///
+/// # Errors
+/// The model file, a flag the model cannot honour, an output path, or llama.cpp's refusal.
+pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
+    let t_load = Instant::now();
+    let facts = read_facts(&cfg.model)?;
+    if cfg.stream.is_some() && recipe_for(&facts.arch).is_none() {
+        return Err(EngineError::NoRecipe {
+            arch: facts.arch.clone(),
+        });
+    }
+    let model_opts = model_options(cfg, &facts)?;
+    create_outputs(cfg)?;
+    let model = Model::load(&cfg.model, &model_opts).map_err(EngineError::Load)?;
+    // a model file cut under the mapping ends in an error, not a silent SIGBUS (docs/engine.md)
+    crate::vm::sigbus::install(&facts.index.shards, cfg.session);
+    crate::vm::sigbus::truncate_if_testing(&cfg.model)?;
+    if let Ok(replacement) = std::env::var(TEST_REPLACE_ENV) {
+        std::fs::rename(&replacement, &cfg.model).map_err(|source| TestHookError::Rename {
+            var: TEST_REPLACE_ENV,
+            source,
+        })?;
+    }
+    Ok(LoadedModel {
+        facts,
+        model,
+        t_load,
+    })
+}
+
+/// llama.cpp's load options: the `--n-expert-used` override, checked against the model.
+fn model_options(cfg: &RunConfig, facts: &ModelFacts) -> Result<ModelOptions, EngineError> {
+    let mut opts = ModelOptions::default();
+    if let Some(k) = cfg.n_expert_used {
+        let Some(n) = facts.expert_count else {
+            return Err(EngineError::NotMoe {
+                arch: facts.arch.clone(),
+            });
+        };
+        if i64::from(k) > n {
+            return Err(EngineError::TooManyExpertsUsed { k, n });
+        }
+        opts.expert_used_override =
+            Some((format!("{}.expert_used_count", facts.arch), i64::from(k)));
+    }
+    Ok(opts)
+}
+
+/// Creates (truncates) every file the run will write.
+fn create_outputs(cfg: &RunConfig) -> Result<(), EngineError> {
+    if let Some(p) = &cfg.csv {
+        preflight(p, "--csv")?;
+    }
+    if cfg.stream.is_some() {
+        if let Some(p) = &cfg.route_trace {
+            preflight(p, "--route-trace")?;
+        }
+        if let Some(p) = &cfg.io_trace {
+            preflight(p, "--io-trace")?;
+        }
+    }
+    if let Some((p, g)) = &cfg.compute_trace {
+        preflight(p, g.flag())?;
+    }
+    Ok(())
+}
+
+/// Which model a command line runs: `-m`, or the built-in one. This step lives with loading
+/// (not in `cli`) because making the built-in model can fail like a load does.
+impl Cli {
+    /// Resolves the flags into a run configuration; without `-m`, the built-in tiny model is
+    /// used (synthesised into the cache folder on first use, said on `note`).
+    ///
+    /// # Errors
+    /// A flag's value ([`EngineError::Flag`]) or the built-in model's set-up.
+    pub fn into_config(mut self, note: &mut dyn Write) -> Result<RunConfig, EngineError> {
+        if self.model.model.is_none() {
+            // the README's first command runs without -m: use the built-in tiny model
+            let dir = default_model::cache_dir().ok_or(EngineError::NoModelCache)?;
+            let (path, origin) = default_model::ensure_in(&dir)?;
+            let how = match origin {
+                default_model::Origin::Cached => "cached",
+                default_model::Origin::Synthesised => "synthesised now",
+            };
+            let _ = writeln!(
+                note,
+                "bmoe: no -m given — using the built-in tiny synthetic MoE model {} ({how})",
+                path.display()
+            );
+            self.model.model = Some(path);
+        }
+        Ok(self.resolve()?)
+    }
+}

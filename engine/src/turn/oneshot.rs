@@ -1,0 +1,65 @@
+//! The one-shot run (`bmoe-cli` without `--session`): load, open, render the prompt, generate
+//! one turn, print the answer and the summary lines.
+
+use super::load::load_model;
+use super::{Engine, Turn};
+use crate::chat::Message;
+use crate::cli::RunConfig;
+use crate::error::EngineError;
+use crate::sinks::report::summary_lines;
+use bmoe_telemetry::summary::{ANSWER_BANNER, PERF_BANNER};
+use std::io::Write;
+
+/// Runs `cfg` once: per-token output to `out` (stdout), notes and warnings to `note` (stderr).
+///
+/// # Errors
+/// Whatever stopped the run: the model, a flag it cannot honour, an output file, a decode.
+pub fn run(cfg: &RunConfig, out: &mut dyn Write, note: &mut dyn Write) -> Result<(), EngineError> {
+    let loaded = load_model(cfg)?;
+    let mut engine = Engine::open(cfg, &loaded, note)?;
+    let (prompt_text, split) = match engine.template() {
+        Some(t) => {
+            let turn =
+                t.render_turn(&[Message::user(&cfg.prompt)], cfg.think, engine.think_ctl())?;
+            (turn.text, Some(turn.split))
+        }
+        None => (cfg.prompt.clone(), None),
+    };
+    let tokens = engine.tokenize(&prompt_text)?;
+    if tokens.is_empty() {
+        return Err(EngineError::EmptyPrompt);
+    }
+    if tokens.len() + cfg.n_predict > cfg.n_ctx as usize {
+        return Err(EngineError::PromptTooLong {
+            n_prompt: tokens.len(),
+            n_predict: cfg.n_predict,
+            n_ctx: cfg.n_ctx,
+        });
+    }
+    if !cfg.progress {
+        let _ = write!(out, "{prompt_text}");
+        let _ = out.flush();
+    }
+    let turn = Turn {
+        turn: 0,
+        tokens: &tokens,
+        n_reused: 0,
+        n_predict: cfg.n_predict,
+        split,
+        progress: cfg.progress,
+    };
+    let g = engine.generate(&turn, out, note, &|| false)?;
+    if !cfg.progress {
+        let _ = writeln!(out, "{}\n", g.tail);
+    }
+    if cfg.progress {
+        // the seed's "<full generated text>": reasoning and markers included, as generated (the
+        // split answer is what BMOE_PROGRESS / BMOE_DONE carry)
+        let _ = writeln!(out, "{ANSWER_BANNER}\n{}\n{PERF_BANNER}", g.text);
+    }
+    for line in summary_lines(&g.summary, &engine.mode_line()) {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! [`Engine::open`]: the context over a loaded model, the hook, streaming (when asked), the
+//! sinks, the chat template and the token pickers.
+
+use super::Engine;
+use super::load::LoadedModel;
+use super::outputs::Outputs;
+use super::pick::{TokenFeed, eog_tokens};
+use super::streaming::{Streaming, start_streaming};
+use super::threads::ThreadGovernor;
+use crate::chat::{ChatError, ChatTemplate, ThinkCtl};
+use crate::cli::{DenseWeights, RunConfig, Sampling};
+use crate::error::EngineError;
+use crate::ffi::{Context, ContextOptions, Model, Sampler, SamplerParams, Token};
+use crate::graph::hook::{MoeHook, RESIDENT_HOOK_ENV, resident_hook_requested};
+use crate::memory::residency::{DenseProbe, dense_probe_pages};
+use crate::model::facts::ModelFacts;
+use crate::model::registry::recipe_for;
+use crate::sinks::csv::ResolvedRun;
+use crate::vm::system_page_size;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+impl<'m> Engine<'m> {
+    /// Builds the context over `loaded` and, with `--moe-stream`, captures the expert tensors
+    /// and starts the streamer; then opens the CSV and traces and, with `--chatml`, the chat
+    /// template. Notes and warnings go to `note`.
+    ///
+    /// # Errors
+    /// llama.cpp's refusal, a streaming set-up failure, an output file, or the chat template.
+    pub fn open(
+        cfg: &'m RunConfig,
+        loaded: &'m LoadedModel,
+        note: &mut dyn Write,
+    ) -> Result<Self, EngineError> {
+        let facts = &loaded.facts;
+        let model = &loaded.model;
+        let abort = Arc::new(AtomicBool::new(false));
+        let hook = build_hook(cfg, facts, &abort, note);
+        let opts = ContextOptions {
+            n_ctx: cfg.n_ctx,
+            n_batch: cfg.n_batch,
+            n_ubatch: cfg.n_ubatch,
+            n_threads: cfg.threads as i32,
+        };
+        let mut ctx =
+            Context::new(model, opts, hook, Arc::clone(&abort)).map_err(EngineError::Context)?;
+        let top_k = cfg
+            .n_expert_used
+            .map(i64::from)
+            .or(facts.expert_used)
+            .unwrap_or(0)
+            .max(0) as usize;
+        let mut resolved = ResolvedRun {
+            arch: facts.arch.clone(),
+            n_layer: model.n_layer() as u64,
+            n_expert: facts.expert_count.unwrap_or(0).max(0) as u64,
+            n_expert_used: top_k as u64,
+            ..Default::default()
+        };
+        // located while the whole file is still mapped (anon moves the dense pages, same addresses)
+        let probe = DenseProbe::new(dense_probe_pages(&facts.index, system_page_size()));
+        if cfg.stream.is_none() && cfg.dense_weights != DenseWeights::Mmap {
+            let _ = writeln!(
+                note,
+                "bmoe: note: --dense-weights {} takes effect with --moe-stream; plain llama.cpp keeps the mmap",
+                cfg.dense_weights.as_str()
+            );
+        }
+        let streamed = match (cfg.stream, recipe_for(&facts.arch)) {
+            (Some(sc), Some(recipe)) => {
+                start_streaming(cfg, sc, recipe, facts, &mut ctx, &mut resolved, note)?
+            }
+            _ => Streaming::default(),
+        };
+        warn_traces_need_streaming(cfg, note);
+        let load_s = loaded.t_load.elapsed().as_secs_f64();
+        let streaming =
+            cfg.stream.is_some() && ctx.hook_mut().is_some_and(|h| h.streamer().is_some());
+        let outputs = Outputs::open(cfg, &resolved, streaming, &mut ctx)?;
+        let (template, think_ctl) = chat_template(cfg, model)?;
+        let forced = match &cfg.force_text {
+            Some(text) => ctx
+                .model()
+                .tokenize_with(text, false, true)
+                .map_err(EngineError::ForceText)?,
+            None => Vec::new(),
+        };
+        let banned = if cfg.ignore_eos {
+            eog_tokens(ctx.model())
+        } else {
+            Vec::new()
+        };
+        let sampler = sampler(cfg, &ctx, &banned);
+        Ok(Self {
+            cfg,
+            facts,
+            ctx,
+            abort,
+            resolved,
+            auto_budget: streamed.auto_budget,
+            probe,
+            load_s,
+            streaming,
+            outputs,
+            sampler,
+            banned,
+            feed: cfg.feed_random.map(TokenFeed::new),
+            forced,
+            forced_at: 0,
+            template,
+            think_ctl,
+            _dense_arena: streamed.dense_arena,
+            governor: (cfg.adaptive_threads && cfg.threads > 1)
+                .then(|| ThreadGovernor::new(cfg.threads)),
+        })
+    }
+}
+
+/// The eval hook the run needs: capturing (then streaming) with `--moe-stream`, timing nodes
+/// only for a plain `--compute-trace`, observing for the resident-hook diagnostic, or none.
+fn build_hook(
+    cfg: &RunConfig,
+    facts: &ModelFacts,
+    abort: &Arc<AtomicBool>,
+    note: &mut dyn Write,
+) -> Option<MoeHook> {
+    match (cfg.stream, recipe_for(&facts.arch)) {
+        (Some(_), Some(r)) => Some(MoeHook::capturing(r, Arc::clone(abort))),
+        _ if cfg.compute_trace.is_some() => Some(MoeHook::tracing_only(Arc::clone(abort))),
+        (None, Some(_)) if resident_hook_requested() => {
+            let _ = writeln!(
+                note,
+                "bmoe: diag: {RESIDENT_HOOK_ENV}=1 — routing hook on a resident run (ids read at every ffn_moe_topk node, nothing loaded)"
+            );
+            Some(MoeHook::observing(Arc::clone(abort)))
+        }
+        _ => None,
+    }
+}
+
+/// Says once that a trace flag given without `--moe-stream` writes nothing.
+fn warn_traces_need_streaming(cfg: &RunConfig, note: &mut dyn Write) {
+    if cfg.stream.is_some() {
+        return;
+    }
+    if cfg.route_trace.is_some() {
+        let _ = writeln!(
+            note,
+            "bmoe: warning: --route-trace needs --moe-stream (without streaming there is no routing to observe) — no route trace will be written"
+        );
+    }
+    if cfg.io_trace.is_some() {
+        let _ = writeln!(
+            note,
+            "bmoe: warning: --io-trace needs --moe-stream (plain llama.cpp issues no expert reads) — no io trace will be written"
+        );
+    }
+}
+
+/// With `--chatml`: the model's own template and how it honours `think=false`.
+fn chat_template(
+    cfg: &RunConfig,
+    model: &Model,
+) -> Result<(Option<ChatTemplate>, ThinkCtl), EngineError> {
+    if !cfg.chatml {
+        return Ok((None, ThinkCtl::Template));
+    }
+    let src = model
+        .meta_str("tokenizer.chat_template")
+        .ok_or(ChatError::NoTemplate)?;
+    let bos = String::from_utf8_lossy(&model.token_piece(model.bos())).into_owned();
+    let t = ChatTemplate::new(&src, &bos, &bos)?;
+    let ctl = t.think_ctl();
+    Ok((Some(t), ctl))
+}
+
+/// The sampler chain of a sampled run (`None` when greedy).
+fn sampler(cfg: &RunConfig, ctx: &Context<'_, MoeHook>, banned: &[Token]) -> Option<Sampler> {
+    match cfg.sampling {
+        Sampling::Greedy => None,
+        Sampling::Sample {
+            temp,
+            top_k,
+            top_p,
+            seed,
+        } => Some(ctx.sampler(
+            SamplerParams {
+                temp,
+                top_k,
+                top_p,
+                seed,
+            },
+            banned,
+        )),
+    }
+}

@@ -1,0 +1,187 @@
+//! Taking over the experts (`--moe-stream`): one capture decode shows every expert tensor the
+//! graph reads; they are bound to their file offsets, the cache budget is sized, the streamer
+//! starts, and the dense-weight policy is applied.
+
+use crate::cli::{DenseWeights, RunConfig, StreamConfig};
+use crate::error::EngineError;
+use crate::ffi::Context;
+use crate::graph::hook::MoeHook;
+use crate::memory::autocache::{AutoInputs, measure, size_budget};
+use crate::memory::picture::{MemorySnapshot, cgroup_memory};
+use crate::memory::residency::dense_file_ranges;
+use crate::model::facts::ModelFacts;
+use crate::model::registry::Recipe;
+use crate::sinks::csv::ResolvedRun;
+use crate::stream::layout::{ExpertLayout, bind};
+use crate::stream::{StreamSettings, Streamer};
+use crate::vm::Arena;
+use std::io::Write;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// What starting the streamer leaves the engine to own.
+#[derive(Default)]
+pub(super) struct Streaming {
+    /// The budget `--cache-mb auto` chose, MiB.
+    pub auto_budget: Option<u64>,
+    /// `--dense-weights anon`'s pages.
+    pub dense_arena: Option<Arena>,
+}
+
+/// Captures the expert tensors, starts the streamer on the hook, and records what was resolved
+/// (budget, lanes, O_DIRECT) in `resolved`.
+pub(super) fn start_streaming(
+    cfg: &RunConfig,
+    sc: StreamConfig,
+    recipe: &'static Recipe,
+    facts: &ModelFacts,
+    ctx: &mut Context<'_, MoeHook>,
+    resolved: &mut ResolvedRun,
+    note: &mut dyn Write,
+) -> Result<Streaming, EngineError> {
+    let top_k = resolved.n_expert_used as usize;
+    // capture warm-up: one BOS decode shows every expert tensor the graph reads
+    let mut warm = [ctx.model().bos()];
+    ctx.decode(&mut warm).map_err(EngineError::Capture)?;
+    let hook = ctx
+        .hook_mut()
+        .ok_or(EngineError::Internal("streaming without a hook"))?;
+    let captured = hook.take_captured();
+    let weight_addrs = hook.take_weight_addrs();
+    let layout = bind(recipe, &captured, &facts.index)?;
+    let cycle = layout.cache_cycle_bytes(top_k);
+    let (cache_mb, auto_budget) = cache_budget(sc, facts, &layout, top_k, resolved, note);
+    let budget = cache_mb * 1024 * 1024;
+    if let Some(split) =
+        crate::stream::prefill::split_for(budget, layout.n_expert, top_k, layout.max_entry_bytes())
+    {
+        let _ = writeln!(note, "bmoe: {}", split.note(cache_mb));
+        resolved.prefill_chunk = Some(split.chunk as u64);
+    }
+    let settings = StreamSettings {
+        cache_bytes: budget,
+        io_threads: sc.io_threads,
+        o_direct: sc.o_direct,
+        load_all: sc.load_all,
+    };
+    let n_expert = layout.n_expert;
+    let (mut streamer, setup) = Streamer::start(layout, &facts.index, settings)?;
+    for w in &setup.warnings {
+        let _ = writeln!(note, "bmoe: warning: {w}");
+    }
+    streamer.set_poison(cfg.poison);
+    let dense_arena = apply_dense_policy(cfg, facts, &streamer, &weight_addrs, sc, note)?;
+    resolved.dense_weights = cfg.dense_weights;
+    let _ = writeln!(
+        note,
+        "bmoe: expert streaming ON  n_expert={n_expert} o_direct={} io_threads={} cache={} MiB shards={} cache_cycle={:.1} MiB",
+        u8::from(setup.o_direct),
+        setup.lanes,
+        cache_mb,
+        facts.index.shards.len(),
+        cycle as f64 / MIB
+    );
+    hook.stream_with(streamer);
+    ctx.clear_memory();
+    resolved.moe_stream = true;
+    resolved.cache_mb = cache_mb;
+    resolved.cache_cycle_bytes = cycle;
+    resolved.o_direct = setup.o_direct;
+    resolved.io_threads = setup.lanes as u64;
+    Ok(Streaming {
+        auto_budget,
+        dense_arena,
+    })
+}
+
+/// The cache budget in MiB (`--cache-mb`, or sized now under `auto`), and the auto choice;
+/// warns when the budget is below one token's worst case.
+fn cache_budget(
+    sc: StreamConfig,
+    facts: &ModelFacts,
+    layout: &ExpertLayout,
+    top_k: usize,
+    resolved: &mut ResolvedRun,
+    note: &mut dyn Write,
+) -> (u64, Option<u64>) {
+    let cycle = layout.cache_cycle_bytes(top_k);
+    let Some(a) = sc.auto else {
+        let budget = sc.cache_mb * 1024 * 1024;
+        if budget > 0 && budget < cycle {
+            let _ = writeln!(
+                note,
+                "bmoe: warning: --cache-mb {} is below this model's cache cycle ({:.1} MiB = top-{top_k} experts in every layer): most lookups will miss",
+                sc.cache_mb,
+                cycle as f64 / MIB
+            );
+        }
+        return (sc.cache_mb, None);
+    };
+    let (mem_available, cgroup_headroom) =
+        measure(MemorySnapshot::sample().system, cgroup_memory().as_ref());
+    // the dense weights must stay resident under every --dense-weights policy
+    let dense_reserve_bytes = dense_file_ranges(&facts.index).iter().map(|r| r.2).sum();
+    let b = size_budget(&AutoInputs {
+        mem_available,
+        cgroup_headroom,
+        floor_mb: a.floor_mb,
+        ceil_mb: a.ceil_mb,
+        total_expert_bytes: layout.total_bytes(),
+        cache_cycle_bytes: cycle,
+        layer_load_bytes: layout.layer_load_bytes(top_k),
+        dense_reserve_bytes,
+    });
+    resolved.cache_floor_mb = Some(b.floor_mb);
+    let _ = writeln!(note, "bmoe: {}", b.note());
+    if let Some(w) = b.cycle_warning(cycle) {
+        let _ = writeln!(note, "bmoe: warning: {w}");
+    }
+    (b.budget_mb, Some(b.budget_mb))
+}
+
+/// `--dense-weights warm|anon`: pre-reads the dense mapping, or moves the dense weights into
+/// anonymous memory (whose pages the engine then owns).
+fn apply_dense_policy(
+    cfg: &RunConfig,
+    facts: &ModelFacts,
+    streamer: &Streamer,
+    weight_addrs: &[(String, usize)],
+    sc: StreamConfig,
+    note: &mut dyn Write,
+) -> Result<Option<Arena>, EngineError> {
+    match cfg.dense_weights {
+        DenseWeights::Mmap => Ok(None),
+        DenseWeights::Warm => {
+            match crate::memory::dense::warm(&facts.index) {
+                Ok(o) => {
+                    let _ = writeln!(
+                        note,
+                        "bmoe: dense warm-up — {:.1} MiB in {:.2} s",
+                        o.bytes as f64 / MIB,
+                        o.seconds
+                    );
+                }
+                Err(e) => {
+                    let _ = writeln!(note, "bmoe: warning: {e} — dense weights stay cold (mmap)");
+                }
+            }
+            Ok(None)
+        }
+        DenseWeights::Anon => {
+            let o = crate::memory::dense::anon(
+                &facts.index,
+                streamer.layout(),
+                weight_addrs,
+                sc.o_direct,
+            )?;
+            let _ = writeln!(
+                note,
+                "bmoe: dense-weights=anon — {:.1} MiB copied into anonymous memory in {:.2} s (o_direct={})",
+                o.bytes as f64 / MIB,
+                o.seconds,
+                u8::from(o.o_direct)
+            );
+            Ok(o.arena)
+        }
+    }
+}
