@@ -1,8 +1,9 @@
 //! End-to-end tests across the bmoe programs.
 //!
-//! The tests live in `tests/tests/`; they run the real binaries (`bmoe-cli`, `bmoe-analyze`, …)
-//! that `cargo test --workspace` builds next to the test executables, on synthetic models made
-//! at test time, and check that what one program writes the next one reads.
+//! The tests live in `tests/tests/it/` (one test binary); they run the real binaries
+//! (`bmoe-cli`, `bmoe-analyze`, …) that `cargo test --workspace` builds next to the test
+//! executables, on synthetic models made at test time, and check that what one program writes
+//! the next one reads.
 
 use std::path::PathBuf;
 

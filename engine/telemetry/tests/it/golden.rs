@@ -1,7 +1,7 @@
 //! Golden lines: the seed contract's own examples and templates (a public contract, quoted
 //! here on purpose), and byte-identical rewrites of real files.
 
-mod common;
+use crate::common;
 
 use bmoe_telemetry::metrics::{MetricsReader, MetricsWriter, RunInfo, TOKEN_COLUMNS, TokenRow};
 use bmoe_telemetry::protocol::{

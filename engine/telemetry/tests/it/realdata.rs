@@ -1,7 +1,7 @@
 //! Every file under `shared/realdata` parses, with row counts checked against an independent
 //! naive count. Skips (with a printed reason) when the shared folder is absent.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

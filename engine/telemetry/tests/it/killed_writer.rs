@@ -13,6 +13,8 @@ use bmoe_telemetry::trace::{RouteRow, RouteTraceInfo, RouteTraceReader, TraceWri
 const ENV_OUT: &str = "BMOE_TELEMETRY_CHILD_OUT";
 const ENV_KIND: &str = "BMOE_TELEMETRY_CHILD_KIND";
 const ROWS_PER_DECODE: u32 = 6;
+/// The helper's path from the crate root, the test binary's crate name included.
+const HELPER_PATH: &str = concat!(module_path!(), "::helper_child_writer");
 
 /// Child side: writes forever (bounded), reporting on stdout what is durable so far.
 #[test]
@@ -64,8 +66,13 @@ fn helper_child_writer() {
 /// Runs the child until it reports `target` durable units, SIGKILLs it, returns the last
 /// count it reported.
 fn run_and_kill(kind: &str, out: &std::path::Path, target: u64) -> u64 {
+    // The harness names a test by its path without the crate name
+    // (`killed_writer::helper_child_writer` in the `it` binary): that is what `--exact` matches.
+    let helper = HELPER_PATH
+        .split_once("::")
+        .map_or(HELPER_PATH, |(_crate, name)| name);
     let mut child = Command::new(std::env::current_exe().expect("exe"))
-        .args(["--ignored", "--exact", "helper_child_writer", "--nocapture"])
+        .args(["--ignored", "--exact", helper, "--nocapture"])
         .env(ENV_OUT, out)
         .env(ENV_KIND, kind)
         .stdout(Stdio::piped())

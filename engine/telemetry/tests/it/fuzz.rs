@@ -2,7 +2,7 @@
 //! (and files written by this crate, so the test has teeth without the shared folder) give
 //! errors or truncation flags, never panics. Seeded, so a failure reproduces.
 
-mod common;
+use crate::common;
 
 use std::io::Write as _;
 
