@@ -1,47 +1,41 @@
 //! Run facts read off the command line of a spawned engine, so the panel reads the flash term
 //! and the thread counts right from the first token instead of waiting for the `mode:` line.
 
+use bmoe_telemetry::cli_flags::{self, FlagValue};
+
 use crate::model::RunConfig;
 
-/// Facts stated by a `bmoe-cli` argv. Unknown flags are ignored; nothing here is validated
-/// (the engine does that and says so on stderr).
+/// Facts stated by a `bmoe-cli` argv, read with bmoe-telemetry's flag table
+/// ([`cli_flags::CLI_FLAGS`]). Unknown flags are ignored; nothing here is validated (the engine
+/// does that and says so on stderr).
 pub fn facts(argv: &[String]) -> RunConfig {
     let mut c = RunConfig::default();
     let mut it = argv.iter().skip(1).peekable();
     while let Some(a) = it.next() {
         let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            Some((f, v)) if f.starts_with("--") => (f, Some(v)),
             _ => (a.as_str(), None),
         };
-        let mut value = |c: &mut RunConfig, key: &str| {
-            let v = inline.clone().or_else(|| it.next().cloned());
-            if let Some(v) = v {
-                c.set(key, v);
-            }
+        let Some(spec) = cli_flags::lookup(flag) else {
+            continue;
         };
-        match flag {
-            "-m" | "--model" => value(&mut c, "model"),
-            "-t" | "--threads" => value(&mut c, "threads"),
-            "--io-threads" => value(&mut c, "io_threads"),
-            "--cache-mb" => value(&mut c, "cache_mb"),
-            "--dense-weights" => value(&mut c, "dense_weights"),
-            "--drop-cold-experts" => value(&mut c, "drop_cold_frac"),
-            "--prefetch" => value(&mut c, "prefetch"),
-            "--temp" => value(&mut c, "temp"),
-            "--n-expert-used" => value(&mut c, "n_expert_used"),
-            "--overlap" => c.set("overlap", "1"),
-            "--moe-stream" => c.set("moe_stream", "1"),
-            "--mtp" => c.set("spec", "mtp"),
-            "--ngram" => c.set("spec", "ngram"),
-            "--predict-log" => c.set("predict_log", "1"),
-            "--prefetch-sync" => c.set("prefetch_sync", "1"),
-            "--compute-trace" | "--compute-trace-layers" | "--io-trace" | "--route-trace" => {
-                c.set("traced", "1");
-                if inline.is_none() && it.peek().is_some_and(|n| !n.starts_with('-')) {
+        match spec.value {
+            FlagValue::Argument => {
+                if let Some(v) = inline.map(str::to_string).or_else(|| it.next().cloned()) {
+                    c.set(spec.key, v);
+                }
+            }
+            FlagValue::Fixed(v) => {
+                c.set(spec.key, v);
+                // The argument is not recorded, so a trace flag missing its path must not
+                // swallow the flag that follows it.
+                if spec.takes_value
+                    && inline.is_none()
+                    && it.peek().is_some_and(|n| !n.starts_with('-'))
+                {
                     it.next();
                 }
             }
-            _ => {}
         }
     }
     if c.get("moe_stream").is_none() && argv.len() > 1 {

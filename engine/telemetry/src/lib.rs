@@ -16,6 +16,7 @@
 //! | `delta_text` / `reset` semantics | [`deltas`] | [`deltas::TextAccumulator`] | [`deltas::DeltaEncoder`] |
 //! | which of the above a file is | [`detect`] | [`detect::detect_format`] | |
 //! | where a token's time went | [`attribution`] | pure functions | |
+//! | `bmoe-cli` flags that state run facts | [`cli_flags`] | [`cli_flags::lookup`] | |
 //!
 //! Lower layers, public for tools that need them: [`table`] (the streaming CSV reader every
 //! format sits on; use it for columns this crate does not know yet) and [`cell`] (byte-level
@@ -133,6 +134,7 @@
 
 pub mod attribution;
 pub mod cell;
+pub mod cli_flags;
 pub mod deltas;
 pub mod detect;
 pub mod error;

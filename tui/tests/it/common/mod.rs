@@ -1,6 +1,6 @@
 //! Helpers shared by the TestBackend tests.
 
-#![allow(dead_code, clippy::unwrap_used)] // each test file uses its own subset; a failed draw is a failed test
+#![allow(clippy::unwrap_used)] // a failed draw is a failed test
 
 use bmoe_top::state::App;
 use bmoe_top::theme::{ColorLevel, Theme};

@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed write is a failed test
 
-mod common;
-
-use common::{render, render_with};
+use crate::common::{render, render_with};
 
 use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow};
 use bmoe_telemetry::protocol::{Done, Load, Progress};

@@ -5,9 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed write is a failed test
 
-mod common;
-
-use common::render;
+use crate::common::render;
 
 use bmoe_telemetry::protocol::{Begin, Done, ErrorRecord, Progress, Ready, Request, ThinkCtl};
 use bmoe_top::argv;

@@ -3,9 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed write is a failed test
 
-mod common;
-
-use common::render;
+use crate::common::render;
 
 use bmoe_telemetry::kv::KvMap;
 use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, TokenRow};
