@@ -8,13 +8,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
 use crate::pyfmt::f;
-use crate::route::RouteTrace;
+use crate::route::{Phase, RouteFilter, RouteTrace};
 use crate::table::{Table, num};
+use crate::{AnalyzeError, Result};
 
 const FRACS: [f64; 4] = [0.25, 0.5, 0.75, 1.0];
 
@@ -280,4 +281,62 @@ pub fn report_with_tables(t: &RouteTrace, tables: &mut DropTables) -> Option<Str
     report_phase(&mut out, "PREFILL", &phase_cells(t, 0), k, (&name, tables));
     out.push('\n');
     Some(out)
+}
+
+/// What `drop` made of its traces, in argument order.
+#[derive(Debug, Default)]
+pub struct DropBatch {
+    /// The text reports of the traces that were read, one after another.
+    pub text: String,
+    /// Their figures, unrounded.
+    pub tables: DropTables,
+    /// Why each other trace was rejected.
+    pub errors: Vec<AnalyzeError>,
+}
+
+/// The report of every trace in `paths`. A trace that cannot be read, or whose preamble gives
+/// no `n_expert_used`, becomes an error of the batch without stopping the others, so that one
+/// bad file among many still leaves the rest reported. `note` gets each cut-short trace's note.
+pub fn report_files(paths: &[PathBuf], note: &mut dyn FnMut(String)) -> DropBatch {
+    let mut batch = DropBatch::default();
+    for path in paths {
+        match report_file(path, &mut batch.tables, note) {
+            Ok(text) => batch.text.push_str(&text),
+            Err(e) => batch.errors.push(e),
+        }
+    }
+    batch
+}
+
+fn report_file(
+    path: &Path,
+    tables: &mut DropTables,
+    note: &mut dyn FnMut(String),
+) -> Result<String> {
+    // The preamble alone decides whether a threshold can be expressed: a file of another kind
+    // is refused before its rows are parsed.
+    let meta = RouteTrace::read_meta(path)?;
+    if meta.n_expert_used <= 0 {
+        return Err(AnalyzeError::Invalid {
+            message: format!(
+                "{}: no n_expert_used in the preamble; cannot express a threshold",
+                path.display()
+            ),
+            hint:
+                "pass a route trace (`# route_trace v1` with a `# model=... n_expert_used=` line)"
+                    .into(),
+        });
+    }
+    let filter = RouteFilter {
+        turn: None,
+        phase: Phase::All,
+        all_columns: true,
+    };
+    let t = crate::route::read_noted(
+        path,
+        filter,
+        Some("drop (a routing's hit or miss decides what dropping it saves)"),
+        note,
+    )?;
+    Ok(report_with_tables(&t, tables).unwrap_or_default())
 }

@@ -55,6 +55,60 @@ impl View {
             v => vec![v],
         }
     }
+
+    /// The view as `--view` spells it (error messages quote the user's word).
+    #[must_use]
+    pub fn name(self) -> String {
+        use clap::ValueEnum as _;
+        self.to_possible_value()
+            .map_or_else(|| format!("{self:?}"), |p| p.get_name().to_string())
+    }
+
+    /// Whether `route --plot` can draw this view.
+    #[must_use]
+    pub fn has_plot(self) -> bool {
+        matches!(self, View::Hot | View::Reuse | View::Matrix)
+    }
+}
+
+/// What in a `route` invocation reads the `residency` column, worded for the missing-column
+/// error; `None` when nothing does, so a trace recorded without it is still accepted.
+/// `tables` is true for `--format json|csv`, whose matrix rows list residency.
+#[must_use]
+pub fn residency_needed_by(view: View, cells: CellMode, tables: bool) -> Option<String> {
+    let views = view.expand();
+    if views.contains(&View::Cache) {
+        Some(if view == View::Cache {
+            "--view cache".to_string()
+        } else {
+            format!("--view {} (its cache view)", view.name())
+        })
+    } else if views.contains(&View::Matrix) && cells == CellMode::Hit {
+        Some("--view matrix --cells hit".to_string())
+    } else if views.contains(&View::Matrix) && tables {
+        Some("--view matrix --format json/csv (its rows list residency)".to_string())
+    } else {
+        None
+    }
+}
+
+/// [`RouteTrace::read_for`], handing `note` the line a cut-short trace lost (a killed writer
+/// leaves a last line without its end; the rows before it are kept).
+pub fn read_noted(
+    path: &std::path::Path,
+    filter: RouteFilter,
+    residency_needed_by: Option<&str>,
+    note: &mut dyn FnMut(String),
+) -> Result<RouteTrace> {
+    let trace = RouteTrace::read_for(path, filter, residency_needed_by)?;
+    if let Some(cut) = &trace.truncated {
+        note(format!(
+            "{}: line {} has no line end and does not parse (the writer was killed?); it was left out",
+            path.display(),
+            cut.line
+        ));
+    }
+    Ok(trace)
 }
 
 /// Options of `bmoe-analyze route`.
