@@ -115,6 +115,22 @@ fn report_phase(
         let _ = writeln!(out, "\n[{label}] no rows");
         return;
     }
+    let key = (name, phase.as_str());
+    phase_header(out, label, cells, k, key, &mut tables.phases);
+    thresholds(out, cells, k, key, &mut tables.threshold);
+    static_k(out, cells, k, key, &mut tables.static_k);
+}
+
+/// The `[PHASE] … routing cells` line and, when the run dropped routings itself, what it
+/// dropped; `(name, phase)` label the `phases` row.
+fn phase_header(
+    out: &mut String,
+    label: &str,
+    cells: &[Vec<Entry>],
+    k: i64,
+    (name, phase): (&str, &str),
+    table: &mut Table,
+) {
     let entries: usize = cells.iter().map(Vec::len).sum();
     let misses = cells.iter().flatten().filter(|e| e.miss).count();
     let _ = writeln!(
@@ -124,7 +140,7 @@ fn report_phase(
         f(pct(misses as f64, entries as f64), 1)
     );
     let n_dropped = cells.iter().flatten().filter(|e| e.dropped).count();
-    tables.phases.push(vec![
+    table.push(vec![
         json!(name),
         json!(phase),
         json!(k),
@@ -149,6 +165,16 @@ fn report_phase(
             f(pct(dropped_mass, mass), 2)
         );
     }
+}
+
+/// The cache-aware threshold section: one line (and `threshold` row) per fraction of 1/k.
+fn thresholds(
+    out: &mut String,
+    cells: &[Vec<Entry>],
+    k: i64,
+    (name, phase): (&str, &str),
+    table: &mut Table,
+) {
     let _ = writeln!(
         out,
         "\n  cache-aware threshold, as a fraction of the uniform share 1/k = {}%",
@@ -185,7 +211,7 @@ fn report_phase(
             }
             *hist.entry(kept).or_default() += 1;
         }
-        tables.threshold.push(vec![
+        table.push(vec![
             json!(name),
             json!(phase),
             num(frac),
@@ -207,6 +233,16 @@ fn report_phase(
             h.join(" ")
         );
     }
+}
+
+/// The static top-k baseline section: one line (and `static_k` row) per kept count below k.
+fn static_k(
+    out: &mut String,
+    cells: &[Vec<Entry>],
+    k: i64,
+    (name, phase): (&str, &str),
+    table: &mut Table,
+) {
     out.push_str(
         "\n  static-k baseline (--n-expert-used), same rows, for comparison at equal io_saved\n",
     );
@@ -229,7 +265,7 @@ fn report_phase(
                 }
             }
         }
-        tables.static_k.push(vec![
+        table.push(vec![
             json!(name),
             json!(phase),
             json!(keep),
