@@ -376,3 +376,25 @@ fn report_file(
     )?;
     Ok(report_with_tables(&t, tables).unwrap_or_default())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rejected_trace_is_an_error_of_the_batch() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let io = d.path().join("io.csv");
+        std::fs::write(&io, "# io_trace v1\nturn,phase\n").expect("write");
+        let missing = d.path().join("missing.csv");
+        let mut notes = Vec::new();
+        let batch = report_files(&[io, missing], &mut |n| notes.push(n));
+        assert!(batch.text.is_empty() && notes.is_empty());
+        let errors: Vec<String> = batch.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].ends_with("no n_expert_used in the preamble; cannot express a threshold")
+        );
+        assert!(errors[1].contains("missing.csv"));
+    }
+}

@@ -196,3 +196,65 @@ pub fn read_runs(files: &[PathBuf], trim: usize) -> Result<Vec<RunStats>> {
     }
     Ok(runs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write test file");
+        p
+    }
+
+    #[test]
+    fn a_trace_is_pointed_to_the_command_that_reads_it() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = write(d.path(), "t.csv", "# compute_trace v1\nturn,phase\n");
+        let err = check_kind(&p).expect_err("a compute trace is not a metrics CSV");
+        assert!(
+            err.to_string()
+                .ends_with("this is a compute trace, not a metrics CSV")
+        );
+        assert!(
+            err.hint()
+                .starts_with("read it with `bmoe-analyze compute ")
+        );
+        assert!(!is_metrics_csv(&p));
+    }
+
+    #[test]
+    fn a_file_without_token_times_says_why() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let empty = write(d.path(), "empty.csv", "");
+        let no_wall = write(d.path(), "nowall.csv", "step,steps\n1,1\n");
+        let one = write(d.path(), "one.csv", "step,steps,wall_ms\n1,1,10.0\n");
+        let msg = |p: &Path, trim| read_run(p, trim).expect_err("no token time").to_string();
+        assert!(msg(&empty, 0).ends_with("no header and no token rows (an empty file?)"));
+        assert!(msg(&no_wall, 0).contains("the header has no `wall_ms` column"));
+        assert!(msg(&one, 1).ends_with("--trim 1 drops all 1 token rows"));
+        assert_eq!(read_run(&one, 0).map(|r| r.walls.len()).ok(), Some(1));
+    }
+
+    #[test]
+    fn directories_expand_to_their_metrics_csvs_with_a_note_per_other_csv() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let other = write(d.path(), "curve.csv", "budget,hit\n1,2\n");
+        let mut notes = Vec::new();
+        let err = expand(&[d.path().to_path_buf()], &mut |n| notes.push(n))
+            .expect_err("no metrics CSV in the directory");
+        assert!(
+            err.to_string()
+                .ends_with("none of its CSV files is a metrics CSV")
+        );
+        assert_eq!(
+            notes,
+            [format!("skipping {}: not a metrics CSV", other.display())]
+        );
+
+        let run = write(d.path(), "run.csv", "step,steps,wall_ms\n1,1,10.0\n");
+        let files = expand(&[d.path().to_path_buf()], &mut |_| {}).expect("one metrics CSV");
+        assert_eq!(files, [run]);
+        assert!(read_runs(&[], 0).is_err(), "nothing to report is an error");
+    }
+}

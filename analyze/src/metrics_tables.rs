@@ -76,3 +76,51 @@ pub fn compare_json(x: &RunStats, y: &RunStats) -> Value {
         "ci95_high": ci.map(|c| c.high),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(dir: &Path, name: &str, walls: &[f64]) -> RunStats {
+        let mut text = String::from("step,steps,wall_ms\n");
+        for (i, w) in walls.iter().enumerate() {
+            text.push_str(&format!("{},{},{w}\n", i + 1, walls.len()));
+        }
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write run");
+        crate::metrics_files::read_run(&p, 0).expect("a run")
+    }
+
+    #[test]
+    fn compare_table_and_json_carry_the_same_ratio() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let x = run(d.path(), "a.csv", &[100.0, 110.0, 90.0, 100.0]);
+        let y = run(d.path(), "b.csv", &[200.0, 210.0, 190.0, 200.0]);
+        let t = compare_table(Path::new("a.csv"), Path::new("b.csv"), &x, &y);
+        let csv = table::to_csv(&[t]);
+        let row: Vec<&str> = csv.lines().nth(2).expect("one row").split(',').collect();
+        assert_eq!(row[..5], ["a.csv", "b.csv", "100.0", "200.0", "0.5"]);
+        let j = compare_json(&x, &y);
+        assert_eq!(j["ratio_a_over_b"], 0.5);
+        assert_eq!(row[5], j["ci95_low"].to_string());
+        assert_eq!(row[6], j["ci95_high"].to_string());
+    }
+
+    #[test]
+    fn runs_table_has_a_column_per_scalar_json_key() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let runs = [run(d.path(), "a.csv", &[10.0, 20.0])];
+        let csv = table::to_csv(&[runs_table(&runs)]);
+        assert_eq!(csv.lines().nth(1), Some(RUN_COLUMNS.join(",").as_str()));
+        let json = metrics::runs_json(&runs);
+        let left_out: Vec<&str> = json[0]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .filter(|k| !RUN_COLUMNS.contains(k))
+            .collect();
+        // A list does not fit in a CSV cell; every other key is a column.
+        assert_eq!(left_out, ["instrumented_by"]);
+    }
+}

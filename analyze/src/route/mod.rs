@@ -280,3 +280,44 @@ pub fn tables(t: &RouteTrace, opt: &RouteOptions) -> Result<(serde_json::Value, 
     });
     Ok((meta, out))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn residency_is_needed_by_the_cache_view_hit_cells_and_matrix_tables_only() {
+        let need = |v, c, t| residency_needed_by(v, c, t);
+        assert_eq!(
+            need(View::Cache, CellMode::Experts, false).as_deref(),
+            Some("--view cache")
+        );
+        assert_eq!(
+            need(View::All, CellMode::Experts, false).as_deref(),
+            Some("--view all (its cache view)")
+        );
+        assert_eq!(
+            need(View::Matrix, CellMode::Hit, false).as_deref(),
+            Some("--view matrix --cells hit")
+        );
+        assert_eq!(
+            need(View::Matrix, CellMode::Weights, true).as_deref(),
+            Some("--view matrix --format json/csv (its rows list residency)")
+        );
+        assert_eq!(need(View::Matrix, CellMode::Experts, false), None);
+        // --cells and --format only matter to the matrix view.
+        assert_eq!(need(View::Hot, CellMode::Hit, true), None);
+    }
+
+    #[test]
+    fn views_are_named_as_the_cli_spells_them() {
+        assert_eq!(View::Workset.name(), "workset");
+        assert_eq!(View::Default.name(), "default");
+        let plotted: Vec<View> = View::All
+            .expand()
+            .into_iter()
+            .filter(|v| v.has_plot())
+            .collect();
+        assert_eq!(plotted, [View::Matrix, View::Hot, View::Reuse]);
+    }
+}
