@@ -8,13 +8,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
 use crate::pyfmt::f;
-use crate::route::RouteTrace;
+use crate::route::{Phase, RouteFilter, RouteTrace};
 use crate::table::{Table, num};
+use crate::{AnalyzeError, Result};
 
 const FRACS: [f64; 4] = [0.25, 0.5, 0.75, 1.0];
 
@@ -114,6 +115,22 @@ fn report_phase(
         let _ = writeln!(out, "\n[{label}] no rows");
         return;
     }
+    let key = (name, phase.as_str());
+    phase_header(out, label, cells, k, key, &mut tables.phases);
+    thresholds(out, cells, k, key, &mut tables.threshold);
+    static_k(out, cells, k, key, &mut tables.static_k);
+}
+
+/// The `[PHASE] … routing cells` line and, when the run dropped routings itself, what it
+/// dropped; `(name, phase)` label the `phases` row.
+fn phase_header(
+    out: &mut String,
+    label: &str,
+    cells: &[Vec<Entry>],
+    k: i64,
+    (name, phase): (&str, &str),
+    table: &mut Table,
+) {
     let entries: usize = cells.iter().map(Vec::len).sum();
     let misses = cells.iter().flatten().filter(|e| e.miss).count();
     let _ = writeln!(
@@ -123,7 +140,7 @@ fn report_phase(
         f(pct(misses as f64, entries as f64), 1)
     );
     let n_dropped = cells.iter().flatten().filter(|e| e.dropped).count();
-    tables.phases.push(vec![
+    table.push(vec![
         json!(name),
         json!(phase),
         json!(k),
@@ -148,6 +165,16 @@ fn report_phase(
             f(pct(dropped_mass, mass), 2)
         );
     }
+}
+
+/// The cache-aware threshold section: one line (and `threshold` row) per fraction of 1/k.
+fn thresholds(
+    out: &mut String,
+    cells: &[Vec<Entry>],
+    k: i64,
+    (name, phase): (&str, &str),
+    table: &mut Table,
+) {
     let _ = writeln!(
         out,
         "\n  cache-aware threshold, as a fraction of the uniform share 1/k = {}%",
@@ -184,7 +211,7 @@ fn report_phase(
             }
             *hist.entry(kept).or_default() += 1;
         }
-        tables.threshold.push(vec![
+        table.push(vec![
             json!(name),
             json!(phase),
             num(frac),
@@ -206,6 +233,16 @@ fn report_phase(
             h.join(" ")
         );
     }
+}
+
+/// The static top-k baseline section: one line (and `static_k` row) per kept count below k.
+fn static_k(
+    out: &mut String,
+    cells: &[Vec<Entry>],
+    k: i64,
+    (name, phase): (&str, &str),
+    table: &mut Table,
+) {
     out.push_str(
         "\n  static-k baseline (--n-expert-used), same rows, for comparison at equal io_saved\n",
     );
@@ -228,7 +265,7 @@ fn report_phase(
                 }
             }
         }
-        tables.static_k.push(vec![
+        table.push(vec![
             json!(name),
             json!(phase),
             json!(keep),
@@ -280,4 +317,84 @@ pub fn report_with_tables(t: &RouteTrace, tables: &mut DropTables) -> Option<Str
     report_phase(&mut out, "PREFILL", &phase_cells(t, 0), k, (&name, tables));
     out.push('\n');
     Some(out)
+}
+
+/// What `drop` made of its traces, in argument order.
+#[derive(Debug, Default)]
+pub struct DropBatch {
+    /// The text reports of the traces that were read, one after another.
+    pub text: String,
+    /// Their figures, unrounded.
+    pub tables: DropTables,
+    /// Why each other trace was rejected.
+    pub errors: Vec<AnalyzeError>,
+}
+
+/// The report of every trace in `paths`. A trace that cannot be read, or whose preamble gives
+/// no `n_expert_used`, becomes an error of the batch without stopping the others, so that one
+/// bad file among many still leaves the rest reported. `note` gets each cut-short trace's note.
+pub fn report_files(paths: &[PathBuf], note: &mut dyn FnMut(String)) -> DropBatch {
+    let mut batch = DropBatch::default();
+    for path in paths {
+        match report_file(path, &mut batch.tables, note) {
+            Ok(text) => batch.text.push_str(&text),
+            Err(e) => batch.errors.push(e),
+        }
+    }
+    batch
+}
+
+fn report_file(
+    path: &Path,
+    tables: &mut DropTables,
+    note: &mut dyn FnMut(String),
+) -> Result<String> {
+    // The preamble alone decides whether a threshold can be expressed: a file of another kind
+    // is refused before its rows are parsed.
+    let meta = RouteTrace::read_meta(path)?;
+    if meta.n_expert_used <= 0 {
+        return Err(AnalyzeError::Invalid {
+            message: format!(
+                "{}: no n_expert_used in the preamble; cannot express a threshold",
+                path.display()
+            ),
+            hint:
+                "pass a route trace (`# route_trace v1` with a `# model=... n_expert_used=` line)"
+                    .into(),
+        });
+    }
+    let filter = RouteFilter {
+        turn: None,
+        phase: Phase::All,
+        all_columns: true,
+    };
+    let t = crate::route::read_noted(
+        path,
+        filter,
+        Some("drop (a routing's hit or miss decides what dropping it saves)"),
+        note,
+    )?;
+    Ok(report_with_tables(&t, tables).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rejected_trace_is_an_error_of_the_batch() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let io = d.path().join("io.csv");
+        std::fs::write(&io, "# io_trace v1\nturn,phase\n").expect("write");
+        let missing = d.path().join("missing.csv");
+        let mut notes = Vec::new();
+        let batch = report_files(&[io, missing], &mut |n| notes.push(n));
+        assert!(batch.text.is_empty() && notes.is_empty());
+        let errors: Vec<String> = batch.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].ends_with("no n_expert_used in the preamble; cannot express a threshold")
+        );
+        assert!(errors[1].contains("missing.csv"));
+    }
 }

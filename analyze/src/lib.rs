@@ -10,6 +10,8 @@ pub mod decode;
 pub mod drop;
 pub mod error;
 pub mod metrics;
+pub mod metrics_files;
+pub mod metrics_tables;
 mod mt19937;
 pub mod plot;
 pub mod pyfmt;

@@ -55,6 +55,60 @@ impl View {
             v => vec![v],
         }
     }
+
+    /// The view as `--view` spells it (error messages quote the user's word).
+    #[must_use]
+    pub fn name(self) -> String {
+        use clap::ValueEnum as _;
+        self.to_possible_value()
+            .map_or_else(|| format!("{self:?}"), |p| p.get_name().to_string())
+    }
+
+    /// Whether `route --plot` can draw this view.
+    #[must_use]
+    pub fn has_plot(self) -> bool {
+        matches!(self, View::Hot | View::Reuse | View::Matrix)
+    }
+}
+
+/// What in a `route` invocation reads the `residency` column, worded for the missing-column
+/// error; `None` when nothing does, so a trace recorded without it is still accepted.
+/// `tables` is true for `--format json|csv`, whose matrix rows list residency.
+#[must_use]
+pub fn residency_needed_by(view: View, cells: CellMode, tables: bool) -> Option<String> {
+    let views = view.expand();
+    if views.contains(&View::Cache) {
+        Some(if view == View::Cache {
+            "--view cache".to_string()
+        } else {
+            format!("--view {} (its cache view)", view.name())
+        })
+    } else if views.contains(&View::Matrix) && cells == CellMode::Hit {
+        Some("--view matrix --cells hit".to_string())
+    } else if views.contains(&View::Matrix) && tables {
+        Some("--view matrix --format json/csv (its rows list residency)".to_string())
+    } else {
+        None
+    }
+}
+
+/// [`RouteTrace::read_for`], handing `note` the line a cut-short trace lost (a killed writer
+/// leaves a last line without its end; the rows before it are kept).
+pub fn read_noted(
+    path: &std::path::Path,
+    filter: RouteFilter,
+    residency_needed_by: Option<&str>,
+    note: &mut dyn FnMut(String),
+) -> Result<RouteTrace> {
+    let trace = RouteTrace::read_for(path, filter, residency_needed_by)?;
+    if let Some(cut) = &trace.truncated {
+        note(format!(
+            "{}: line {} has no line end and does not parse (the writer was killed?); it was left out",
+            path.display(),
+            cut.line
+        ));
+    }
+    Ok(trace)
 }
 
 /// Options of `bmoe-analyze route`.
@@ -225,4 +279,45 @@ pub fn tables(t: &RouteTrace, opt: &RouteOptions) -> Result<(serde_json::Value, 
         "rows": t.rows.len(), "dropped": t.n_dropped,
     });
     Ok((meta, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn residency_is_needed_by_the_cache_view_hit_cells_and_matrix_tables_only() {
+        let need = |v, c, t| residency_needed_by(v, c, t);
+        assert_eq!(
+            need(View::Cache, CellMode::Experts, false).as_deref(),
+            Some("--view cache")
+        );
+        assert_eq!(
+            need(View::All, CellMode::Experts, false).as_deref(),
+            Some("--view all (its cache view)")
+        );
+        assert_eq!(
+            need(View::Matrix, CellMode::Hit, false).as_deref(),
+            Some("--view matrix --cells hit")
+        );
+        assert_eq!(
+            need(View::Matrix, CellMode::Weights, true).as_deref(),
+            Some("--view matrix --format json/csv (its rows list residency)")
+        );
+        assert_eq!(need(View::Matrix, CellMode::Experts, false), None);
+        // --cells and --format only matter to the matrix view.
+        assert_eq!(need(View::Hot, CellMode::Hit, true), None);
+    }
+
+    #[test]
+    fn views_are_named_as_the_cli_spells_them() {
+        assert_eq!(View::Workset.name(), "workset");
+        assert_eq!(View::Default.name(), "default");
+        let plotted: Vec<View> = View::All
+            .expand()
+            .into_iter()
+            .filter(|v| v.has_plot())
+            .collect();
+        assert_eq!(plotted, [View::Matrix, View::Hot, View::Reuse]);
+    }
 }

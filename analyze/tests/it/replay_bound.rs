@@ -4,9 +4,7 @@
 //! the layer policies keep every layer's last batch whatever the budget, so they are compared
 //! with belady given the bytes they really held.
 
-mod common;
-
-use common::shared_path;
+use crate::common::shared_path;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;

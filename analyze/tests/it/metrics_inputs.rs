@@ -1,9 +1,7 @@
 //! `bmoe-analyze metrics` on inputs that are not a plain list of good metrics CSVs: a directory
 //! of runs without the bench matrix names, files without `wall_ms`, empty files, other traces.
 
-mod common;
-
-use common::{run, shared_path, text};
+use crate::common::{run, shared_path, text};
 
 use std::path::Path;
 use std::process::Output;

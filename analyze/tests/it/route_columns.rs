@@ -1,9 +1,7 @@
 //! A route trace without the `residency` column: the analyses that never read it run as on
 //! the full trace; the ones that do fail naming the column and the view that needs it.
 
-mod common;
-
-use common::{run, shared_path, text};
+use crate::common::{run, shared_path, text};
 
 /// The trace with its `residency` column (the 8th) cut out of the header and every row.
 fn without_residency(trace: &str) -> String {

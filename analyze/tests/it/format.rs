@@ -1,9 +1,7 @@
 //! `--format json|csv` for compute and io: the same figures as the text report, machine-readable.
 //! Reads the synthetic traces in shared/realdata; skips when shared/ is absent.
 
-mod common;
-
-use common::stdout;
+use crate::common::stdout;
 
 use std::path::{Path, PathBuf};
 

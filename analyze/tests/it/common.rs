@@ -1,7 +1,5 @@
 //! Helpers the integration tests share: run the built `bmoe-analyze`, read its output, and find
 //! the real data in `../shared` (skipping with a printed reason when it is absent).
-// Each test binary compiles this module and uses its own subset of it.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,9 +1,7 @@
 //! A run whose preamble says it was traced (`route_trace=1`, written by `bmoe-cli --route-trace`)
 //! is tagged as instrumented in every `metrics` format, naming the key.
 
-mod common;
-
-use common::stdout;
+use crate::common::stdout;
 
 #[test]
 fn a_route_traced_run_is_tagged_instrumented_with_its_key() {

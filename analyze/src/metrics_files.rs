@@ -1,0 +1,260 @@
+//! Which files `bmoe-analyze metrics` reads: directories expanded to their metrics CSVs, traces
+//! of another kind pointed to the command that reads them, and a run that gives no token times
+//! explained (empty file, no `wall_ms`, no token rows, or everything trimmed).
+//!
+//! Notes (a file skipped, a directory reported run by run) go to a caller-supplied `note`
+//! callback as they arise, so the caller decides where they are printed and in what order
+//! relative to its own output.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use bmoe_telemetry::metrics::{MetricsFile, MetricsReader};
+
+use crate::metrics::{self, RunStats};
+use crate::{AnalyzeError, Result};
+
+/// Reads one run's token statistics, dropping `trim` leading token rows; a file that gives no
+/// token time fails with the reason.
+pub fn read_run(path: &Path, trim: usize) -> Result<RunStats> {
+    check_kind(path)?;
+    match RunStats::read(path, trim)? {
+        Some(run) => Ok(run),
+        None => Err(no_walls(path, trim)),
+    }
+}
+
+/// Refuses a route, compute or io trace given where a metrics CSV is expected, naming the
+/// command that reads it (the metrics reader alone would only say the magic line is wrong).
+pub fn check_kind(path: &Path) -> Result<()> {
+    let mut head = [0u8; 64];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| AnalyzeError::io(path, e))?;
+    let head = String::from_utf8_lossy(&head[..n]);
+    for (magic, kind, cmd, also) in [
+        (
+            "# route_trace",
+            "a route trace",
+            "route",
+            " (or `replay` / `drop`)",
+        ),
+        ("# compute_trace", "a compute trace", "compute", ""),
+        ("# io_trace", "an io trace", "io", ""),
+    ] {
+        if head.starts_with(magic) {
+            return Err(AnalyzeError::Invalid {
+                message: format!("{}: this is {kind}, not a metrics CSV", path.display()),
+                hint: format!("read it with `bmoe-analyze {cmd} {}`{also}", path.display()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` opens as a metrics CSV (its magic line and header); bad rows are found later.
+#[must_use]
+pub fn is_metrics_csv(path: &Path) -> bool {
+    check_kind(path).is_ok() && MetricsReader::open(path).is_ok()
+}
+
+/// Why a metrics CSV gave no token times: empty file, no `wall_ms` column, no token rows, or
+/// every row dropped by `--trim`.
+fn no_walls(path: &Path, trim: usize) -> AnalyzeError {
+    let shown = path.display();
+    let file = match MetricsFile::read(path) {
+        Ok(file) => file,
+        Err(e) => return AnalyzeError::from_telemetry(path, e),
+    };
+    let (message, hint) = if file.header.is_empty() {
+        (
+            format!("{shown}: no header and no token rows (an empty file?)"),
+            "pass the metrics CSV of a run that generated tokens (`bmoe-cli --csv FILE`)"
+                .to_string(),
+        )
+    } else if !file.header.iter().any(|c| c == "wall_ms") {
+        (
+            format!(
+                "{shown}: the header has no `wall_ms` column; metrics needs each token's wall time (columns: {})",
+                file.header.join(",")
+            ),
+            "pass a bmoe metrics CSV (v0/v1/v2 all have wall_ms); the format is in docs/telemetry.md".to_string(),
+        )
+    } else {
+        let rows = file.rows.iter().filter(|r| r.wall_ms.is_some()).count();
+        if rows == 0 {
+            (
+                format!("{shown}: no token rows (the run stopped before its first token?)"),
+                "pass the metrics CSV of a run that generated tokens".to_string(),
+            )
+        } else {
+            (
+                format!("{shown}: --trim {trim} drops all {rows} token rows"),
+                format!("use a --trim below {rows}"),
+            )
+        }
+    };
+    AnalyzeError::Invalid { message, hint }
+}
+
+/// The `*.csv` files directly in `dir`, sorted so that runs are reported in a stable order.
+pub fn csv_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut inside: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| AnalyzeError::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|q| q.is_file() && q.extension().is_some_and(|x| x == "csv"))
+        .collect();
+    inside.sort();
+    Ok(inside)
+}
+
+/// Whether directory `dir` is reported run by run rather than as a bench-analyze session.
+///
+/// A directory that holds CSVs but none of bench-analyze's `<model>_<config>.csv` matrix files
+/// would give empty bench tables, so its runs are listed instead (said in a note); asking for
+/// the bench markdown of such a directory is an error. A directory with no CSV at all keeps the
+/// reference's (empty) tables.
+pub fn loose_runs(
+    dir: &Path,
+    markdown: Option<&Path>,
+    note: &mut dyn FnMut(String),
+) -> Result<bool> {
+    let csvs = csv_files(dir)?;
+    if csvs.is_empty() || !metrics::bench_dir(dir)?.runs.is_empty() {
+        return Ok(false);
+    }
+    if let Some(md) = markdown {
+        return Err(AnalyzeError::Invalid {
+            message: format!(
+                "metrics {} --markdown {}: the directory has {} CSV file(s) but no bench matrix run (<model>_<config>.csv, e.g. qwen_c4000_l4.csv)",
+                dir.display(),
+                md.display(),
+                csvs.len()
+            ),
+            hint:
+                "drop --markdown to get one row per run, or pass a bench-analyze session directory"
+                    .into(),
+        });
+    }
+    note(format!(
+        "{}: no bench matrix run (<model>_<config>.csv); reporting its metrics CSVs run by run ({} CSV files)",
+        dir.display(),
+        csvs.len()
+    ));
+    Ok(true)
+}
+
+/// The metrics CSVs named by `paths`: files as given, directories replaced by the metrics CSVs
+/// in them. A session directory also holds other CSVs (replay curves, …); those are skipped
+/// with a note rather than failing the whole listing.
+pub fn expand(paths: &[PathBuf], note: &mut dyn FnMut(String)) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if !p.is_dir() {
+            files.push(p.clone());
+            continue;
+        }
+        let inside = csv_files(p)?;
+        if inside.is_empty() {
+            return Err(AnalyzeError::Invalid {
+                message: format!("{}: no *.csv file in this directory", p.display()),
+                hint: "pass metrics CSV files or a directory holding them".into(),
+            });
+        }
+        for q in inside {
+            if is_metrics_csv(&q) {
+                files.push(q);
+            } else {
+                note(format!("skipping {}: not a metrics CSV", q.display()));
+            }
+        }
+        // Deliberately every file so far, not only this directory's: a directory without a
+        // metrics CSV after paths that gave some is skipped with its notes, not an error.
+        if files.is_empty() {
+            return Err(AnalyzeError::Invalid {
+                message: format!("{}: none of its CSV files is a metrics CSV", p.display()),
+                hint: "pass a directory of bmoe metrics CSVs (`bmoe-cli --csv FILE` writes one)"
+                    .into(),
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// Every run of `files` ([`read_run`]), stopping at the first that fails; no file at all is an
+/// error too, since there would be nothing to report.
+pub fn read_runs(files: &[PathBuf], trim: usize) -> Result<Vec<RunStats>> {
+    let runs = files
+        .iter()
+        .map(|p| read_run(p, trim))
+        .collect::<Result<Vec<_>>>()?;
+    if runs.is_empty() {
+        return Err(AnalyzeError::Invalid {
+            message: "metrics: no metrics CSV given".into(),
+            hint: "pass metrics CSV files, a directory of them, or `--compare A B`".into(),
+        });
+    }
+    Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write test file");
+        p
+    }
+
+    #[test]
+    fn a_trace_is_pointed_to_the_command_that_reads_it() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = write(d.path(), "t.csv", "# compute_trace v1\nturn,phase\n");
+        let err = check_kind(&p).expect_err("a compute trace is not a metrics CSV");
+        assert!(
+            err.to_string()
+                .ends_with("this is a compute trace, not a metrics CSV")
+        );
+        assert!(
+            err.hint()
+                .starts_with("read it with `bmoe-analyze compute ")
+        );
+        assert!(!is_metrics_csv(&p));
+    }
+
+    #[test]
+    fn a_file_without_token_times_says_why() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let empty = write(d.path(), "empty.csv", "");
+        let no_wall = write(d.path(), "nowall.csv", "step,steps\n1,1\n");
+        let one = write(d.path(), "one.csv", "step,steps,wall_ms\n1,1,10.0\n");
+        let msg = |p: &Path, trim| read_run(p, trim).expect_err("no token time").to_string();
+        assert!(msg(&empty, 0).ends_with("no header and no token rows (an empty file?)"));
+        assert!(msg(&no_wall, 0).contains("the header has no `wall_ms` column"));
+        assert!(msg(&one, 1).ends_with("--trim 1 drops all 1 token rows"));
+        assert_eq!(read_run(&one, 0).map(|r| r.walls.len()).ok(), Some(1));
+    }
+
+    #[test]
+    fn directories_expand_to_their_metrics_csvs_with_a_note_per_other_csv() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let other = write(d.path(), "curve.csv", "budget,hit\n1,2\n");
+        let mut notes = Vec::new();
+        let err = expand(&[d.path().to_path_buf()], &mut |n| notes.push(n))
+            .expect_err("no metrics CSV in the directory");
+        assert!(
+            err.to_string()
+                .ends_with("none of its CSV files is a metrics CSV")
+        );
+        assert_eq!(
+            notes,
+            [format!("skipping {}: not a metrics CSV", other.display())]
+        );
+
+        let run = write(d.path(), "run.csv", "step,steps,wall_ms\n1,1,10.0\n");
+        let files = expand(&[d.path().to_path_buf()], &mut |_| {}).expect("one metrics CSV");
+        assert_eq!(files, [run]);
+        assert!(read_runs(&[], 0).is_err(), "nothing to report is an error");
+    }
+}
