@@ -1,0 +1,12 @@
+//! bmoe-engine's integration tests, in one binary (one link of llama.cpp instead of one per
+//! file). Each module is one topic; run one with `cargo test -p bmoe-engine --test it gates::`.
+
+mod architecture;
+mod cli_flags;
+mod decide;
+mod dense_split;
+mod gates;
+mod reasoning;
+mod session;
+mod telemetry;
+mod traces;
