@@ -1,14 +1,12 @@
-//! A small, fast, seedable PRNG (wyrand) and seed derivation (SplitMix64 finaliser).
+//! A small, fast, seedable PRNG (wyrand) and seed derivation (one SplitMix64 step, bmoe-stats').
 //!
 //! Bulk quant data is random bytes, so speed matters more than statistical quality: wyrand fills
 //! 8 bytes per step with one multiply.
 
-/// Mix a 64-bit value (SplitMix64 finaliser); used to derive independent seeds.
-pub fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+/// Mix a 64-bit value (the first output of a SplitMix64 seeded with it); used to derive
+/// independent seeds.
+pub fn mix(z: u64) -> u64 {
+    bmoe_stats::SplitMix64::new(z).next_u64()
 }
 
 /// A seed for `(seed, tensor name, page)`, independent across all three.
@@ -64,6 +62,20 @@ impl WyRand {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mix_is_the_splitmix64_step_the_models_were_made_with() {
+        // synthesised models (and the cached default one) must keep their bytes
+        let old = |mut z: u64| {
+            z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        for z in [0, 1, 42, u64::MAX, 0x1234_5678_9abc_def0] {
+            assert_eq!(mix(z), old(z));
+        }
+    }
 
     #[test]
     fn unit_floats_stay_in_range_and_streams_differ() {
