@@ -4,14 +4,16 @@
 //! warm-up trim ([`bmoe_stats::RunStats`], a row without `wall_ms` counting as a 0 ms token);
 //! its within-run interval is the percentile bootstrap of the mean `wall_ms` (bmoe-stats, fixed
 //! seed) turned into tok/s (`1000 / mean`, endpoints swapped). Across repetitions: the mean of
-//! per-run tok/s (llama-bench's `avg_ts`) ± a Student-t interval.
+//! per-run tok/s (llama-bench's `avg_ts`) ± a Student-t interval ([`bmoe_stats::t_quantile`]).
 //! A cell's within-run interval is for that same mean: each resample redraws every run's tokens
 //! and averages the runs' tok/s (see [`within_runs_ci`]).
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use bmoe_stats::{RunStats, SplitMix64, bootstrap_ratio_of_means_ci, mean, percentile_linear};
+use bmoe_stats::{
+    RunStats, SplitMix64, bootstrap_ratio_of_means_ci, mean, percentile_linear, t_quantile,
+};
 use bmoe_telemetry::metrics::{MetricsReader, TokenRow};
 use serde::Serialize;
 
@@ -189,21 +191,6 @@ pub fn within_runs_ci(runs: &[&RunFigures], boot: Boot) -> Option<(f64, f64)> {
     ))
 }
 
-/// Two-sided 95 % Student-t quantile for `df` degrees of freedom.
-pub fn t975(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::NAN,
-        1..=30 => T[df - 1],
-        // Beyond the table: 1.96 + 2.4/df is within 0.002 of the exact quantile.
-        _ => 1.96 + 2.4 / df as f64,
-    }
-}
-
 /// Sample standard deviation (n − 1).
 pub fn stddev(v: &[f64]) -> f64 {
     if v.len() < 2 {
@@ -277,7 +264,8 @@ pub fn aggregate(runs: &[&RunFigures], boot: Boot) -> CellStats {
     let m = mean(&samples);
     let sd = stddev(&samples);
     let reps_ci_raw = (n >= 2).then(|| {
-        let h = t975(n - 1) * sd / (n as f64).sqrt();
+        // Always 95 %: [analysis] ci sets the level of the bootstrap intervals only.
+        let h = t_quantile((n - 1) as f64, 0.975) * sd / (n as f64).sqrt();
         (m - h, m + h)
     });
     let reps_ci_note = reps_ci_raw.and_then(|ci| interval_caveat(n, ci));
@@ -376,9 +364,14 @@ mod tests {
 
     #[test]
     fn t_table_and_sd() {
-        assert_eq!(t975(1), 12.706);
-        assert_eq!(t975(30), 2.042);
-        assert!((t975(40) - 2.021).abs() < 0.002);
+        // The quantile of the across-run interval: the closed forms for 1 and 2 degrees of
+        // freedom, the published 3-decimal table beyond (the table this report once carried).
+        let t975 = |df: f64| t_quantile(df, 0.975);
+        assert!((t975(1.0) - 12.706_204_736_174_693).abs() < 1e-9); // tan(0.475 π)
+        assert!((t975(2.0) - 4.302_652_729_749_462).abs() < 1e-9); // 0.95 / √(2 · 0.975 · 0.025)
+        assert_eq!(format!("{:.3}", t975(1.0)), "12.706");
+        assert_eq!(format!("{:.3}", t975(30.0)), "2.042");
+        assert!((t975(40.0) - 2.021).abs() < 5e-4);
         assert!((stddev(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) - 2.138_089_935).abs() < 1e-6);
     }
 
@@ -407,7 +400,7 @@ mod tests {
         };
         let c = aggregate(&[&r1, &r2], boot);
         assert_eq!(c.tok_s, 7.5);
-        let h = 12.706 * c.tok_s_sd / 2f64.sqrt();
+        let h = t_quantile(1.0, 0.975) * c.tok_s_sd / 2f64.sqrt();
         // 7.5 ± 12.706 × 3.536 / √2 = 7.5 ± 31.8: computed, but not a result.
         assert_eq!(c.reps_ci_raw, Some((7.5 - h, 7.5 + h)));
         assert_eq!(c.reps_ci, None);
@@ -447,7 +440,7 @@ mod tests {
         // 9, 10, 11: sd 1, t(2) = 4.303, half-width 4.303 / √3 = 2.484.
         let (a, b, c) = (run(9.0), run(10.0), run(11.0));
         let s = aggregate(&[&a, &b, &c], boot);
-        let h = 4.303 / 3f64.sqrt();
+        let h = t_quantile(2.0, 0.975) / 3f64.sqrt();
         assert_eq!(s.reps_ci, Some((10.0 - h, 10.0 + h)));
         assert_eq!(s.reps_ci_note, None);
         // 1, 10, 19: sd 9, half-width 22.4 > the mean: flagged although n = 3.
