@@ -65,9 +65,10 @@ const MODELS: [(&str, &str); 2] = [
 pub struct RunStats {
     /// The CSV.
     pub path: PathBuf,
-    /// Per-token wall times (ms), zero-wall follower rows included.
+    /// Per-token wall times (ms) after the trim, zero-wall follower rows included
+    /// ([`bmoe_stats::RunStats::skipping_missing`]: rows without a wall time are not tokens).
     pub walls: Vec<f64>,
-    /// Aggregate decode tok/s = n / Σwall.
+    /// Aggregate decode tok/s = n / Σwall ([`bmoe_stats::RunStats::tok_s`]).
     pub mean_tps: f64,
     /// Per-token tok/s (1000/w for w > 0), ascending.
     pub tps: Vec<f64>,
@@ -126,24 +127,14 @@ impl RunStats {
     /// Read a metrics CSV and its sidecar. `Ok(None)` when the file has no `wall_ms` value.
     pub fn read(path: &Path, trim: usize) -> Result<Option<Self>> {
         let file = MetricsFile::read(path).map_err(|e| AnalyzeError::from_telemetry(path, e))?;
-        let walls: Vec<f64> = file
-            .rows
-            .iter()
-            .filter_map(|r| r.wall_ms)
-            .skip(trim)
-            .collect();
-        if walls.is_empty() {
+        let decode =
+            bmoe_stats::RunStats::skipping_missing(file.rows.iter().map(|r| r.wall_ms), trim);
+        if decode.wall_ms.is_empty() {
             return Ok(None);
         }
         let summ = |key: &str| file.summaries.iter().rev().find_map(|s| s.get(key));
-        let n = walls.len() as f64;
-        let total: f64 = walls.iter().fold(0.0, |a, b| a + b);
-        let mut tps: Vec<f64> = walls
-            .iter()
-            .filter(|&&w| w > 0.0)
-            .map(|w| 1000.0 / w)
-            .collect();
-        tps.sort_by(f64::total_cmp);
+        let n = decode.tokens() as f64;
+        let tps = decode.token_rates();
         let stalls: Vec<f64> = file.rows.iter().filter_map(|r| r.stall_ms).collect();
         let side: KvMap = {
             let sp = sidecar_path(path);
@@ -156,11 +147,7 @@ impl RunStats {
         let spec_experts = num(summ("spec_experts"));
         Ok(Some(Self {
             path: path.to_path_buf(),
-            mean_tps: if total > 0.0 {
-                n / (total / 1000.0)
-            } else {
-                0.0
-            },
+            mean_tps: decode.tok_s,
             tps,
             cache_hit: summ("cache_hit_pct").map(str::to_string),
             read_mib_tok: num(summ("read_MiB")) / n,
@@ -187,7 +174,7 @@ impl RunStats {
             instrumented: file.info.is_instrumented(),
             instrumented_by: file.info.instrumented_by(),
             stochastic: file.info.is_stochastic(),
-            walls,
+            walls: decode.wall_ms,
         }))
     }
 

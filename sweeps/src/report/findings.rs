@@ -136,7 +136,7 @@ pub fn skeleton(r: &Report) -> String {
             x.status,
             r.run_stats[i]
                 .as_ref()
-                .map_or("—".into(), |st| num(st.tok_s)),
+                .map_or("—".into(), |st| num(st.decode.tok_s)),
             x.cooldown_waited_s,
             x.gate_met.map_or("—".into(), |g| if g {
                 "met".into()

@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::sweep::Hinted;
 use crate::sweep::results::{RunRecord, read_records};
 use crate::sweep::session::TurnRecord;
-use stats::{Boot, CellStats, Ratio, RunStats};
+use stats::{Boot, CellStats, Ratio, RunFigures};
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -92,7 +92,7 @@ pub struct CellRow {
     pub turns: Vec<TurnRow>,
     /// The runs aggregated.
     #[serde(skip)]
-    pub used: Vec<RunStats>,
+    pub used: Vec<RunFigures>,
     /// Their records' session turns (answered `generate` requests, in order), per run.
     #[serde(skip)]
     pub used_turns: Vec<Vec<TurnRecord>>,
@@ -119,12 +119,12 @@ pub struct TurnRow {
 }
 
 /// Per-turn rows of a cell: the k-th turn of each run's CSV with the k-th answered request.
-fn turn_rows(runs: &[RunStats], recs: &[Vec<TurnRecord>], boot: Boot) -> Vec<TurnRow> {
+fn turn_rows(runs: &[RunFigures], recs: &[Vec<TurnRecord>], boot: Boot) -> Vec<TurnRow> {
     let n = runs.iter().map(|r| r.turns.len()).max().unwrap_or(0);
     let mean_of = |xs: Vec<f64>| (!xs.is_empty()).then(|| bmoe_stats::mean(&xs));
     (0..n)
         .map(|k| {
-            let per_run: Vec<&RunStats> = runs
+            let per_run: Vec<&RunFigures> = runs
                 .iter()
                 .filter_map(|r| r.turns.get(k).map(|t| &t.stats))
                 .collect();
@@ -185,7 +185,7 @@ pub struct Report {
     /// Every record (run order).
     pub records: Vec<RunRecord>,
     /// Per-run statistics by record index (None = no usable CSV).
-    pub run_stats: Vec<Option<RunStats>>,
+    pub run_stats: Vec<Option<RunFigures>>,
     /// Baseline tag.
     pub baseline: Option<String>,
     /// Bootstrap settings.
@@ -228,7 +228,7 @@ pub fn build(
         seed: analysis.seed,
     };
     let baseline = baseline.or(analysis.baseline);
-    let run_stats: Vec<Option<RunStats>> = par_map(&records, |r| {
+    let run_stats: Vec<Option<RunFigures>> = par_map(&records, |r| {
         if r.status != "ok" {
             return None;
         }
@@ -247,7 +247,7 @@ pub fn build(
     let mut rows = Vec::new();
     for ((sweep, cell), idx) in &cells {
         let first = &records[idx[0]];
-        let mut used: Vec<&RunStats> = Vec::new();
+        let mut used: Vec<&RunFigures> = Vec::new();
         let mut used_turns: Vec<Vec<TurnRecord>> = Vec::new();
         let mut excluded = Vec::new();
         for &i in idx {
@@ -263,7 +263,7 @@ pub fn build(
             } else {
                 match &run_stats[i] {
                     None => excluded.push(format!("{name}: unreadable metrics.csv")),
-                    Some(s) if s.tokens == 0 => {
+                    Some(s) if s.decode.tokens() == 0 => {
                         excluded.push(format!("{name}: no tokens after the trim"))
                     }
                     Some(s) => match &s.flag {
@@ -313,7 +313,7 @@ pub fn build(
     }
     // Baseline ratios within each (sweep, model).
     if let Some(b) = &baseline {
-        let usable = |sweep: &str, cell: &str| -> Vec<&RunStats> {
+        let usable = |sweep: &str, cell: &str| -> Vec<&RunFigures> {
             records
                 .iter()
                 .enumerate()
@@ -321,7 +321,7 @@ pub fn build(
                     r.sweep == sweep && r.cell == cell && !r.warmup && r.status == "ok"
                 })
                 .filter_map(|(i, _)| run_stats[i].as_ref())
-                .filter(|s| s.flag.is_none() && s.tokens > 0)
+                .filter(|s| s.flag.is_none() && s.decode.tokens() > 0)
                 .collect()
         };
         let found = rows.iter().any(|r| &r.cell == b);

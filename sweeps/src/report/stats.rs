@@ -1,16 +1,19 @@
 //! Per-run statistics from a metrics CSV and per-cell aggregation across repetitions.
 //!
 //! Definitions (design.md "Statistics"): a run's tok/s = tokens / Σ decode `wall_ms` after the
-//! warm-up trim; its within-run interval is the percentile bootstrap of the mean `wall_ms`
-//! (bmoe-stats, fixed seed) turned into tok/s (`1000 / mean`, endpoints swapped). Across
-//! repetitions: the mean of per-run tok/s (llama-bench's `avg_ts`) ± a Student-t interval. A
-//! cell's within-run interval is for that same mean: each resample redraws every run's tokens
+//! warm-up trim ([`bmoe_stats::RunStats`], a row without `wall_ms` counting as a 0 ms token);
+//! its within-run interval is the percentile bootstrap of the mean `wall_ms` (bmoe-stats, fixed
+//! seed) turned into tok/s (`1000 / mean`, endpoints swapped). Across repetitions: the mean of
+//! per-run tok/s (llama-bench's `avg_ts`) ± a Student-t interval ([`bmoe_stats::t_quantile`]).
+//! A cell's within-run interval is for that same mean: each resample redraws every run's tokens
 //! and averages the runs' tok/s (see [`within_runs_ci`]).
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use bmoe_stats::{SplitMix64, bootstrap_ratio_of_means_ci, mean, percentile_linear};
+use bmoe_stats::{
+    RunStats, SplitMix64, bootstrap_ratio_of_means_ci, mean, percentile_linear, t_quantile,
+};
 use bmoe_telemetry::metrics::{MetricsReader, TokenRow};
 use serde::Serialize;
 
@@ -25,18 +28,12 @@ pub struct Boot {
     pub seed: u64,
 }
 
-/// One run's numbers.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RunStats {
-    /// Token rows used (after the trim).
-    pub tokens: usize,
-    /// Rows trimmed from the start.
-    pub trimmed: usize,
-    /// tokens / Σ wall.
-    pub tok_s: f64,
-    /// Per-token wall times used, ms.
-    #[serde(skip)]
-    pub wall_ms: Vec<f64>,
+/// One run's numbers: its decode statistics and what the report adds from the same rows.
+#[derive(Debug, Clone, Default)]
+pub struct RunFigures {
+    /// Token rows used after the trim (rows without `wall_ms` count as 0 ms tokens), the rows
+    /// trimmed, tok/s.
+    pub decode: RunStats,
     /// Flash MiB per token.
     pub flash_mib_tok: f64,
     /// Cache hit %, from the trailer (else the last row); `None` = no cache.
@@ -55,24 +52,23 @@ pub struct RunStats {
     pub engine: Option<String>,
     /// Session runs: the figures of each turn (by the CSV's `turn` value), when there are
     /// several.
-    #[serde(skip)]
-    pub turns: Vec<TurnStats>,
+    pub turns: Vec<TurnFigures>,
 }
 
 /// One turn of a session run.
 #[derive(Debug, Clone, Default)]
-pub struct TurnStats {
+pub struct TurnFigures {
     /// The CSV's `turn` value.
     pub turn: u64,
     /// Its figures (untrimmed).
-    pub stats: RunStats,
+    pub stats: RunFigures,
 }
 
 /// Reads one run's CSV.
 ///
 /// # Errors
 /// The CSV cannot be read or has a malformed row.
-pub fn run_stats(csv: &Path, trim: usize) -> Result<RunStats> {
+pub fn run_stats(csv: &Path, trim: usize) -> Result<RunFigures> {
     let mut r =
         MetricsReader::open(csv).with_context(|| format!("cannot read {}", csv.display()))?;
     let mut rows = Vec::new();
@@ -112,7 +108,7 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunStats> {
     if turns.len() > 1 {
         stats.turns = turns
             .iter()
-            .map(|(k, v)| TurnStats {
+            .map(|(k, v)| TurnFigures {
                 turn: *k,
                 stats: stats_of(v, 0, None),
             })
@@ -124,12 +120,11 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunStats> {
 }
 
 /// The figures of a run (or of one turn of it) from its token rows, after trimming `trim`.
-fn stats_of(rows: &[TokenRow], trim: usize, trailer_hit: Option<f64>) -> RunStats {
-    let trimmed = trim.min(rows.len());
-    let used = &rows[trimmed..];
+fn stats_of(rows: &[TokenRow], trim: usize, trailer_hit: Option<f64>) -> RunFigures {
+    let decode = RunStats::zero_filling_missing(rows.iter().map(|x| x.wall_ms), trim);
+    // One wall per row, so the trim of the walls is the trim of the rows.
+    let used = &rows[decode.trimmed..];
     let n = used.len();
-    let wall: Vec<f64> = used.iter().map(|x| x.wall_ms.unwrap_or(0.0)).collect();
-    let total_wall: f64 = wall.iter().sum();
     let per = |f: fn(&TokenRow) -> Option<f64>| {
         if n == 0 {
             0.0
@@ -141,15 +136,8 @@ fn stats_of(rows: &[TokenRow], trim: usize, trailer_hit: Option<f64>) -> RunStat
     let hit = trailer_hit
         .or_else(|| rows.last().and_then(|x| x.cache_hit_pct))
         .filter(|h| *h >= 0.0);
-    RunStats {
-        tokens: n,
-        trimmed,
-        tok_s: if total_wall > 0.0 {
-            n as f64 / (total_wall / 1000.0)
-        } else {
-            0.0
-        },
-        wall_ms: wall,
+    RunFigures {
+        decode,
         flash_mib_tok: if n == 0 {
             0.0
         } else {
@@ -172,15 +160,15 @@ fn stats_of(rows: &[TokenRow], trim: usize, trailer_hit: Option<f64>) -> RunStat
 /// recomputes each run's tok/s and averages them. Pooling the tokens of all runs instead would
 /// give an interval for `1000 / mean wall`, which is a different number from the point and
 /// can exclude it. `None` without tokens or resamples.
-pub fn within_runs_ci(runs: &[&RunStats], boot: Boot) -> Option<(f64, f64)> {
-    if boot.resamples == 0 || runs.iter().all(|r| r.wall_ms.is_empty()) {
+pub fn within_runs_ci(runs: &[&RunFigures], boot: Boot) -> Option<(f64, f64)> {
+    if boot.resamples == 0 || runs.iter().all(|r| r.decode.wall_ms.is_empty()) {
         return None;
     }
     let mut rng = SplitMix64::new(boot.seed);
     let mut means = Vec::with_capacity(boot.resamples);
     for _ in 0..boot.resamples {
         let mut sum = 0.0;
-        for r in runs {
+        for r in runs.iter().map(|r| &r.decode) {
             let n = r.wall_ms.len();
             sum += if n == 0 {
                 r.tok_s
@@ -201,21 +189,6 @@ pub fn within_runs_ci(runs: &[&RunStats], boot: Boot) -> Option<(f64, f64)> {
         percentile_linear(&means, alpha),
         percentile_linear(&means, 1.0 - alpha),
     ))
-}
-
-/// Two-sided 95 % Student-t quantile for `df` degrees of freedom.
-pub fn t975(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::NAN,
-        1..=30 => T[df - 1],
-        // Beyond the table: 1.96 + 2.4/df is within 0.002 of the exact quantile.
-        _ => 1.96 + 2.4 / df as f64,
-    }
 }
 
 /// Sample standard deviation (n − 1).
@@ -285,19 +258,20 @@ pub struct CellStats {
 }
 
 /// Aggregates runs of one cell.
-pub fn aggregate(runs: &[&RunStats], boot: Boot) -> CellStats {
-    let samples: Vec<f64> = runs.iter().map(|r| r.tok_s).collect();
+pub fn aggregate(runs: &[&RunFigures], boot: Boot) -> CellStats {
+    let samples: Vec<f64> = runs.iter().map(|r| r.decode.tok_s).collect();
     let n = samples.len();
     let m = mean(&samples);
     let sd = stddev(&samples);
     let reps_ci_raw = (n >= 2).then(|| {
-        let h = t975(n - 1) * sd / (n as f64).sqrt();
+        // Always 95 %: [analysis] ci sets the level of the bootstrap intervals only.
+        let h = t_quantile((n - 1) as f64, 0.975) * sd / (n as f64).sqrt();
         (m - h, m + h)
     });
     let reps_ci_note = reps_ci_raw.and_then(|ci| interval_caveat(n, ci));
     let reps_ci = reps_ci_raw.filter(|_| reps_ci_note.is_none());
     let within_ci = within_runs_ci(runs, boot);
-    let avg = |f: fn(&RunStats) -> f64| mean(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
+    let avg = |f: fn(&RunFigures) -> f64| mean(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
     let hits: Vec<f64> = runs.iter().filter_map(|r| r.hit_pct).collect();
     CellStats {
         runs: n,
@@ -314,7 +288,7 @@ pub fn aggregate(runs: &[&RunStats], boot: Boot) -> CellStats {
         io_s_tok: avg(|r| r.io_s_tok),
         stall_s_tok: avg(|r| r.stall_s_tok),
         mgmt_s_tok: avg(|r| r.mgmt_s_tok),
-        tokens: avg(|r| r.tokens as f64),
+        tokens: avg(|r| r.decode.tokens() as f64),
     }
 }
 
@@ -351,10 +325,10 @@ impl Ratio {
 
 /// tok/s ratio of `cell` over `base`: across repetitions when both have ≥ 2 runs, else over
 /// tokens (mean wall of the baseline / mean wall of the cell).
-pub fn ratio(cell: &[&RunStats], base: &[&RunStats], boot: Boot) -> Option<Ratio> {
+pub fn ratio(cell: &[&RunFigures], base: &[&RunFigures], boot: Boot) -> Option<Ratio> {
     if cell.len() >= 2 && base.len() >= 2 {
-        let a: Vec<f64> = cell.iter().map(|r| r.tok_s).collect();
-        let b: Vec<f64> = base.iter().map(|r| r.tok_s).collect();
+        let a: Vec<f64> = cell.iter().map(|r| r.decode.tok_s).collect();
+        let b: Vec<f64> = base.iter().map(|r| r.decode.tok_s).collect();
         let ci = bootstrap_ratio_of_means_ci(&a, &b, boot.resamples, boot.level, boot.seed)?;
         let fewest = cell.len().min(base.len());
         return Some(Ratio {
@@ -368,11 +342,11 @@ pub fn ratio(cell: &[&RunStats], base: &[&RunStats], boot: Boot) -> Option<Ratio
     }
     let a: Vec<f64> = base
         .iter()
-        .flat_map(|r| r.wall_ms.iter().copied())
+        .flat_map(|r| r.decode.wall_ms.iter().copied())
         .collect();
     let b: Vec<f64> = cell
         .iter()
-        .flat_map(|r| r.wall_ms.iter().copied())
+        .flat_map(|r| r.decode.wall_ms.iter().copied())
         .collect();
     let ci = bootstrap_ratio_of_means_ci(&a, &b, boot.resamples, boot.level, boot.seed)?;
     Some(Ratio {
@@ -390,25 +364,34 @@ mod tests {
 
     #[test]
     fn t_table_and_sd() {
-        assert_eq!(t975(1), 12.706);
-        assert_eq!(t975(30), 2.042);
-        assert!((t975(40) - 2.021).abs() < 0.002);
+        // The quantile of the across-run interval: the closed forms for 1 and 2 degrees of
+        // freedom, the published 3-decimal table beyond (the table this report once carried).
+        let t975 = |df: f64| t_quantile(df, 0.975);
+        assert!((t975(1.0) - 12.706_204_736_174_693).abs() < 1e-9); // tan(0.475 π)
+        assert!((t975(2.0) - 4.302_652_729_749_462).abs() < 1e-9); // 0.95 / √(2 · 0.975 · 0.025)
+        assert_eq!(format!("{:.3}", t975(1.0)), "12.706");
+        assert_eq!(format!("{:.3}", t975(30.0)), "2.042");
+        assert!((t975(40.0) - 2.021).abs() < 5e-4);
         assert!((stddev(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) - 2.138_089_935).abs() < 1e-6);
     }
 
     #[test]
     fn aggregate_two_runs() {
-        let r1 = RunStats {
-            tokens: 2,
-            tok_s: 10.0,
-            wall_ms: vec![100.0, 100.0],
-            ..RunStats::default()
+        let r1 = RunFigures {
+            decode: RunStats {
+                wall_ms: vec![100.0, 100.0],
+                trimmed: 0,
+                tok_s: 10.0,
+            },
+            ..RunFigures::default()
         };
-        let r2 = RunStats {
-            tokens: 2,
-            tok_s: 5.0,
-            wall_ms: vec![200.0, 200.0],
-            ..RunStats::default()
+        let r2 = RunFigures {
+            decode: RunStats {
+                wall_ms: vec![200.0, 200.0],
+                trimmed: 0,
+                tok_s: 5.0,
+            },
+            ..RunFigures::default()
         };
         let boot = Boot {
             resamples: 500,
@@ -417,7 +400,7 @@ mod tests {
         };
         let c = aggregate(&[&r1, &r2], boot);
         assert_eq!(c.tok_s, 7.5);
-        let h = 12.706 * c.tok_s_sd / 2f64.sqrt();
+        let h = t_quantile(1.0, 0.975) * c.tok_s_sd / 2f64.sqrt();
         // 7.5 ± 12.706 × 3.536 / √2 = 7.5 ± 31.8: computed, but not a result.
         assert_eq!(c.reps_ci_raw, Some((7.5 - h, 7.5 + h)));
         assert_eq!(c.reps_ci, None);
@@ -441,11 +424,13 @@ mod tests {
             interval_caveat(5, (-0.1, 2.0)).as_deref(),
             Some("uninformative: lower bound below 0 for a positive rate")
         );
-        let run = |tok_s: f64| RunStats {
-            tokens: 1,
-            tok_s,
-            wall_ms: vec![1000.0 / tok_s],
-            ..RunStats::default()
+        let run = |tok_s: f64| RunFigures {
+            decode: RunStats {
+                wall_ms: vec![1000.0 / tok_s],
+                trimmed: 0,
+                tok_s,
+            },
+            ..RunFigures::default()
         };
         let boot = Boot {
             resamples: 200,
@@ -455,7 +440,7 @@ mod tests {
         // 9, 10, 11: sd 1, t(2) = 4.303, half-width 4.303 / √3 = 2.484.
         let (a, b, c) = (run(9.0), run(10.0), run(11.0));
         let s = aggregate(&[&a, &b, &c], boot);
-        let h = 4.303 / 3f64.sqrt();
+        let h = t_quantile(2.0, 0.975) / 3f64.sqrt();
         assert_eq!(s.reps_ci, Some((10.0 - h, 10.0 + h)));
         assert_eq!(s.reps_ci_note, None);
         // 1, 10, 19: sd 9, half-width 22.4 > the mean: flagged although n = 3.

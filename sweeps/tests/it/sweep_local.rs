@@ -2,12 +2,10 @@
 //! run order, resume after SIGKILL, a changed manifest, memory cgroups, manifest errors, and
 //! the real `bmoe-cli` on the tiny synthetic model.
 
-mod sweep_common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sweep_common::*;
+use crate::sweep_common::*;
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(name);

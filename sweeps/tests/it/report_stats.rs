@@ -113,7 +113,8 @@ fn report_matches_hand_computed_statistics() {
     let (r1, r2) = (2.0 / 0.3, 10.0);
     let mean = (r1 + r2) / 2.0;
     let sd = (((r1 - mean) * (r1 - mean) + (r2 - mean) * (r2 - mean)) / 1.0_f64).sqrt();
-    let half = 12.706 * sd / 2f64.sqrt();
+    // t(1) at 0.975 = tan(0.475 π).
+    let half = 12.706_204_736_174_693 * sd / 2f64.sqrt();
     let close = |v: &Value, want: f64| (v.as_f64().expect("number") - want).abs() < 1e-9;
     assert_eq!(a["runs"], 2);
     assert!(close(&a["tok_s"], mean), "{a}");
@@ -261,7 +262,8 @@ fn across_run_intervals_are_results_only_when_informative() {
     assert!(ok, "{err}");
     let cells: Vec<Value> = serde_json::from_str(&out).expect("json");
     // a: 10 ± t(2) × 1 / √3 = 10 ± 2.484
-    let h = 4.303 / 3f64.sqrt();
+    // t(2) at 0.975 = 0.95 / √(2 · 0.975 · 0.025).
+    let h = 4.302_652_729_749_462 / 3f64.sqrt();
     let lo = cells[0]["reps_ci"][0].as_f64().expect("a is a result");
     // (the CSV keeps wall_ms to 3 decimals: 111.111 ms is 9.000009 tok/s)
     assert!((lo - (10.0 - h)).abs() < 1e-4, "{}", cells[0]);

@@ -2,14 +2,12 @@
 //! port): staging with checksums, results pulled back, staging skipped when present, and a
 //! device that drops out mid-sweep.
 
-mod sweep_common;
-
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sweep_common::*;
+use crate::sweep_common::*;
 
 struct Sshd {
     child: Child,
