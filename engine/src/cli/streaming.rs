@@ -2,6 +2,7 @@
 //! read lanes and O_DIRECT, and the `--load-all` baseline.
 
 use super::error::ConfigError;
+use crate::stream::OverlapRequest;
 use clap::Args;
 
 /// Streaming flags.
@@ -30,6 +31,14 @@ pub struct StreamArgs {
     /// Read experts through the page cache instead of O_DIRECT
     #[arg(long = "no-odirect")]
     pub no_odirect: bool,
+    /// Overlap each layer's flash reads with its matmuls: compute threads wait page by page
+    /// (userfaultfd), or at each projection where userfaultfd is refused (needs --moe-stream)
+    #[arg(long = "overlap")]
+    pub overlap: bool,
+    /// With --overlap: how compute waits for reads — uffd (page by page, through userfaultfd) or
+    /// staged (at each projection's matmul; no userfaultfd needed) [default: uffd]
+    #[arg(long = "overlap-kind", value_name = "uffd|staged")]
+    pub overlap_kind: Option<String>,
 }
 
 /// `--cache-mb auto` bounds.
@@ -54,12 +63,39 @@ pub struct StreamConfig {
     pub io_threads: usize,
     /// O_DIRECT requested.
     pub o_direct: bool,
+    /// `--overlap` (and whether the staged fallback is forced).
+    pub overlap: Option<OverlapRequest>,
 }
 
 impl StreamArgs {
     /// `None` without `--moe-stream` (its knobs are then inert, as in the original engine).
     pub(super) fn resolve(&self) -> Result<Option<StreamConfig>, ConfigError> {
+        let staged = match self.overlap_kind.as_deref() {
+            None | Some("uffd") => false,
+            Some("staged") => true,
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "--overlap-kind",
+                    format!("--overlap-kind expects uffd|staged, got '{other}'"),
+                    "uffd waits page by page through userfaultfd; staged waits at each projection",
+                ));
+            }
+        };
+        if self.overlap_kind.is_some() && !self.overlap {
+            return Err(ConfigError::new(
+                "--overlap-kind",
+                "--overlap-kind requires --overlap",
+                "add --overlap, or drop --overlap-kind",
+            ));
+        }
         if !self.moe_stream {
+            if self.overlap {
+                return Err(ConfigError::new(
+                    "--overlap",
+                    "--overlap requires --moe-stream",
+                    "overlap hides the streamed experts' reads behind compute; add --moe-stream",
+                ));
+            }
             return Ok(None);
         }
         if !(1..=8).contains(&self.io_threads) {
@@ -76,6 +112,9 @@ impl StreamArgs {
             load_all: self.load_all,
             io_threads: self.io_threads as usize,
             o_direct: !self.no_odirect,
+            overlap: self.overlap.then_some(OverlapRequest {
+                force_staged: staged,
+            }),
         }))
     }
 

@@ -43,7 +43,8 @@ fn defaults_resolve() {
             auto: None,
             load_all: false,
             io_threads: 1,
-            o_direct: false
+            o_direct: false,
+            overlap: None,
         })
     );
     assert_eq!(s.n_ubatch, 64);

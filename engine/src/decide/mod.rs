@@ -615,6 +615,7 @@ pub fn decide(
         d.prefill_read_mib = mib(b.read_bytes.saturating_sub(a.read_bytes) as f64 / MIB);
         d.prefill_io_s = s(b.io_ns.saturating_sub(a.io_ns) as f64 / 1e9);
         d.prefill_mgmt_s = s(b.mgmt_ns.saturating_sub(a.mgmt_ns) as f64 / 1e9);
+        d.prefill_stall_s = s(b.stall_ns.saturating_sub(a.stall_ns) as f64 / 1e9);
     }
     if work.cancelled {
         d.best = -1;

@@ -11,6 +11,8 @@ pub trait EvalHook {
     fn wants(&mut self, node: &Node<'_>) -> bool;
     /// Called after a wanted node was computed.
     fn observe(&mut self, node: &Node<'_>);
+    /// Called after each `llama_decode` returns (successful or not), on the same thread.
+    fn after_decode(&mut self) {}
 }
 
 /// A graph node (or one of its sources) during the callback.

@@ -253,6 +253,27 @@ pub struct ContextOptions {
     pub n_threads: i32,
 }
 
+/// A handle that puts the context's compute threads to sleep until the next graph kicks them off.
+///
+/// ggml's workers spin (hybrid polling, up to ~10^8 pause instructions) after every graph split
+/// before they sleep; while the eval thread waits in the routing callback for flash reads, that
+/// spinning burns a core for nothing. `ggml_threadpool_pause` makes them sleep at once, and the
+/// next split's kickoff resumes them.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolPause {
+    pool: NonNull<ll::ggml_threadpool>,
+}
+
+impl PoolPause {
+    /// Puts the compute threads to sleep until the next graph split starts.
+    pub fn pause(&self) {
+        // SAFETY: the threadpool outlives every decode (Context frees it after llama_free, and
+        // the hook holding this handle is only called inside a decode); pause takes the pool's
+        // own mutex and is safe to call while workers poll.
+        unsafe { ll::ggml_threadpool_pause(self.pool.as_ptr()) }
+    }
+}
+
 /// Why a decode failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeError {
@@ -334,6 +355,13 @@ impl<'m, H: EvalHook> Context<'m, H> {
         })
     }
 
+    /// A handle that pauses this context's compute threads (see [`PoolPause`]).
+    pub fn pool_pause(&self) -> PoolPause {
+        PoolPause {
+            pool: self.threadpool,
+        }
+    }
+
     /// The model this context runs.
     pub fn model(&self) -> &'m Model {
         self.model
@@ -365,6 +393,9 @@ impl<'m, H: EvalHook> Context<'m, H> {
             let batch = ll::llama_batch_get_one(tokens.as_mut_ptr(), n);
             ll::llama_decode(self.raw.as_ptr(), batch)
         };
+        if let Some(h) = self.hook_mut() {
+            h.after_decode();
+        }
         match rc {
             0 => Ok(()),
             2 => Err(DecodeError::Aborted),

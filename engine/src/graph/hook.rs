@@ -5,7 +5,7 @@ use super::names::{topk_layer, weight_layer};
 use super::routes::RouteRecorder;
 use super::span::DecodeSpan;
 use super::timing::NodeTimer;
-use crate::ffi::{EvalHook, Node, WeightRef};
+use crate::ffi::{EvalHook, Node, PoolPause, WeightRef};
 use crate::model::registry::Recipe;
 use crate::stream::io::ReadError;
 use crate::stream::{Routing, Streamer};
@@ -18,6 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// nothing is loaded. Resident with the hook against resident without it is the callback's own
 /// overhead.
 pub const RESIDENT_HOOK_ENV: &str = "BMOE_DIAG_RESIDENT_HOOK";
+
+/// Env var (diagnostic A/B): `1` leaves ggml's compute threads polling while a layer waits for
+/// its reads, as before they were paused.
+pub const NO_POOL_PAUSE_ENV: &str = "BMOE_DIAG_NO_POOL_PAUSE";
 
 /// Whether [`RESIDENT_HOOK_ENV`] asks for the observe-only hook.
 pub fn resident_hook_requested() -> bool {
@@ -57,6 +61,10 @@ pub struct MoeHook {
     routes: Option<RouteRecorder>,
     routing: Vec<Routing>,
     timer: Option<NodeTimer>,
+    /// Puts the compute threads to sleep while a layer's reads are waited for.
+    pool: Option<PoolPause>,
+    /// Capture: every expert tensor's consuming node, in graph order.
+    consumers: Vec<(usize, String, String)>,
     /// Capture: name and address of every other weight the graph reads (to find where each
     /// shard of a split model is mapped, for `--dense-weights anon`).
     weight_addrs: Vec<(String, usize)>,
@@ -91,6 +99,8 @@ impl MoeHook {
             routes: None,
             routing: Vec::new(),
             timer: None,
+            pool: None,
+            consumers: Vec::new(),
             weight_addrs: Vec::new(),
         }
     }
@@ -161,14 +171,27 @@ impl MoeHook {
         }
     }
 
+    /// The expert tensors' consumers seen during capture, in graph order: (layer, node name,
+    /// tensor name).
+    pub fn take_consumers(&mut self) -> Vec<(usize, String, String)> {
+        std::mem::take(&mut self.consumers)
+    }
+
+    /// The abort flag the hook raises on a failed read (shared with the context).
+    pub fn abort_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.abort)
+    }
+
     /// The non-expert weights seen during capture: (GGUF name, address of its data).
     pub fn take_weight_addrs(&mut self) -> Vec<(String, usize)> {
         std::mem::take(&mut self.weight_addrs)
     }
 
-    /// Starts streaming with `streamer`.
-    pub fn stream_with(&mut self, streamer: Streamer) {
+    /// Starts streaming with `streamer`; `pool` (unless [`NO_POOL_PAUSE_ENV`] says otherwise)
+    /// puts the compute threads to sleep whenever a layer waits for reads.
+    pub fn stream_with(&mut self, streamer: Streamer, pool: PoolPause) {
         self.phase = Phase::Stream(Box::new(streamer));
+        self.pool = (!std::env::var(NO_POOL_PAUSE_ENV).is_ok_and(|v| v == "1")).then_some(pool);
     }
 
     /// The streamer, once streaming.
@@ -187,9 +210,10 @@ impl MoeHook {
         }
     }
 
-    /// The read failure that aborted a decode, if any.
+    /// The read failure that aborted a decode, if any (an overlapped read's too).
     pub fn take_error(&mut self) -> Option<ReadError> {
-        self.error.take()
+        let own = self.error.take();
+        own.or_else(|| self.streamer_mut().and_then(Streamer::take_async_error))
     }
 
     /// Routing callbacks served so far.
@@ -226,6 +250,13 @@ impl EvalHook for MoeHook {
             t.observe(node.name(), node.op_name());
         }
     }
+
+    fn after_decode(&mut self) {
+        // overlapped reads end with the decode: every batch complete, the io log collected
+        if let Some(s) = self.streamer_mut() {
+            s.finish_decode();
+        }
+    }
 }
 
 impl MoeHook {
@@ -237,6 +268,10 @@ impl MoeHook {
                         && let Some(w) = src.weight_ref()
                         && w.n_expert > 0
                     {
+                        let consumer = (il, node.name().to_string(), src.name().to_string());
+                        if !self.consumers.contains(&consumer) {
+                            self.consumers.push(consumer);
+                        }
                         seen.push((il, suffix, w));
                     } else if let Some(w) = src.weight_ref() {
                         self.weight_addrs.push((w.name, w.addr));
@@ -244,11 +279,12 @@ impl MoeHook {
                 }
                 false
             }
-            Phase::Stream(_) => {
+            Phase::Stream(streamer) => {
                 let name = node.name();
-                name.starts_with("ffn_moe_")
+                (name.starts_with("ffn_moe_")
                     && (topk_layer(name).is_some()
-                        || (self.routes.is_some() && weight_layer(name).is_some()))
+                        || (self.routes.is_some() && weight_layer(name).is_some())))
+                    || streamer.stage_after(name).is_some()
             }
             Phase::Observe { .. } => topk_layer(node.name()).is_some(),
             Phase::Idle => false,
@@ -269,6 +305,17 @@ impl MoeHook {
         if self.error.is_some() {
             return;
         }
+        let pool = self.pool;
+        let mut before_wait = || {
+            if let Some(p) = pool {
+                p.pause();
+            }
+        };
+        if let Some((il, group)) = streamer.stage_after(node.name()) {
+            // staged overlap: the next projection's matmul follows this node
+            streamer.wait_group(il, group, &mut before_wait);
+            return;
+        }
         let Some(il) = topk_layer(node.name()) else {
             if let (Some(t), Some(il)) = (self.routes.as_mut(), weight_layer(node.name()))
                 && let Some(w) = node.f32_values()
@@ -280,7 +327,7 @@ impl MoeHook {
         self.topk_calls += 1;
         let Some(ids) = node.expert_ids() else { return };
         let trace = self.routes.is_some().then_some(&mut self.routing);
-        if let Err(e) = streamer.load_layer(il, &ids, trace) {
+        if let Err(e) = streamer.load_layer(il, &ids, trace, &mut before_wait) {
             self.error = Some(e);
             self.abort.store(true, Ordering::SeqCst);
             return;

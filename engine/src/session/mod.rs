@@ -539,6 +539,7 @@ fn done_record(engine: &Engine<'_>, id: i64, g: &Generation, n_past: usize) -> D
     let st = s.stream.unwrap_or_default();
     let io_tok = st.io_s / n;
     let mgmt_tok = s.mgmt_s() / n;
+    let flash_tok = st.flash_wait_s() / n;
     Done {
         id,
         cancelled: g.cancelled,
@@ -571,20 +572,20 @@ fn done_record(engine: &Engine<'_>, id: i64, g: &Generation, n_past: usize) -> D
         ),
         n_prompt: s.n_prompt as u64,
         n_past: n_past as u64,
-        compute_s_tok: round_to((s_tok - io_tok - mgmt_tok).max(0.0), 4),
+        compute_s_tok: round_to((s_tok - flash_tok - mgmt_tok).max(0.0), 4),
         io_s_tok: round_to(io_tok, 4),
         // at the trailer's cache_resident_MiB precision: the cache rarely holds whole MiB
         cache_resident_mib: round_to(st.resident_bytes as f64 / MIB, 1),
         cache_budget_mib: round_to(engine.cache_budget_mib(), 0),
         read_mib: round_to(st.read_bytes as f64 / MIB, 1),
-        stall_s_tok: 0.0,
+        stall_s_tok: round_to(st.stall_s.unwrap_or(0.0) / n, 4),
         mgmt_s_tok: round_to(mgmt_tok, 4),
         majflt_tok: round_to(s.majflt as f64 / n, 2),
         cpu_s_tok: round_to(s.cpu_s / n, 4),
         prefill_cpu_s: round_to(t.prefill_cpu_s, 3),
         prefill_read_mib: round_to(t.prefill_read_bytes as f64 / MIB, 1),
         prefill_io_s: round_to(t.prefill_io_s, 3),
-        prefill_stall_s: 0.0,
+        prefill_stall_s: round_to(t.prefill_stall_s, 3),
         prefill_mgmt_s: round_to(t.prefill_mgmt_s, 3),
         prefill_dev_tokens: 0,
         prefill_dev_nodes: 0,

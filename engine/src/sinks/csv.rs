@@ -25,6 +25,8 @@ pub struct RowContext {
     pub loop_overhead_ms: f64,
     /// System page size (bytes), for `majflt_mib`.
     pub page_size: u64,
+    /// Overlap: the eval thread's waits for the previous layer's reads, ms.
+    pub drain_ms: f64,
 }
 
 /// One CSV row: every column of the seed, `0` where a feature of a later issue is off
@@ -58,7 +60,7 @@ pub fn token_row(t: &TokenStats, c: &RowContext) -> TokenRow {
         loop_overhead_ms: Some(c.loop_overhead_ms),
         mtp_batch: Some(1),
         mtp_draft_ms: Some(0.0),
-        drain_ms: Some(0.0),
+        drain_ms: Some(c.drain_ms),
         adopt_ms: Some(0.0),
         ra_issue_ms: Some(0.0),
         ra_wd_ms: Some(0.0),
@@ -82,6 +84,8 @@ pub struct TrailerContext {
     pub prefill_io_s: f64,
     /// Cache management during the prefill, s.
     pub prefill_mgmt_s: f64,
+    /// Overlap stall during the prefill, s.
+    pub prefill_stall_s: f64,
     /// The turn was cancelled: the trailer appends `cancelled=1` (absent otherwise).
     pub cancelled: bool,
 }
@@ -97,11 +101,12 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push_f64(k::TOK_S, per_second(s.n_gen as f64, s.decode_s), 3);
     let st = s.stream.unwrap_or_default();
     let (io_tok, mgmt_tok) = (st.io_s / n, s.mgmt_s() / n);
+    let stall_tok = st.stall_s.unwrap_or(0.0) / n;
     t.push_f64(k::READ_MIB, mib(st.read_bytes), 1);
     t.push_f64(k::IO_S, st.io_s, 2);
     t.push_f64(
         k::COMPUTE_S_PER_TOK,
-        (s_tok - io_tok - mgmt_tok).max(0.0),
+        (s_tok - st.flash_wait_s() / n - mgmt_tok).max(0.0),
         3,
     );
     t.push_f64(k::IO_S_PER_TOK, io_tok, 3);
@@ -122,7 +127,7 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
         per_second(s.n_prompt as f64, s.prefill_s),
         2,
     );
-    t.push_f64(k::STALL_S_PER_TOK, 0.0, 3);
+    t.push_f64(k::STALL_S_PER_TOK, stall_tok, 3);
     t.push_f64(k::MGMT_S_PER_TOK, mgmt_tok, 3);
     t.push_f64(k::CACHE_RESIDENT_MIB, mib(st.resident_bytes), 1);
     t.push_f64(k::CACHE_BUDGET_MIB, c.cache_budget_mib, 1);
@@ -139,10 +144,13 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push_f64("prefill_cpu_s", c.prefill_cpu_s, 3);
     t.push_f64("prefill_read_mib", mib(c.prefill_read_bytes), 1);
     t.push_f64("prefill_io_s", c.prefill_io_s, 3);
-    t.push_f64("prefill_stall_s", 0.0, 3);
+    t.push_f64("prefill_stall_s", c.prefill_stall_s, 3);
     t.push_f64("prefill_mgmt_s", c.prefill_mgmt_s, 3);
     if let Some(u) = c.cgroup_usage_bytes {
         t.push_f64("cgroup_usage_MiB", mib(u), 1);
+    }
+    if st.stall_s.is_some() {
+        t.push_f64("drain_s/tok", st.drain_s / n, 3);
     }
     // an appended key (older parsers ignore it): the figures above cover a partial turn
     if c.cancelled {
@@ -179,6 +187,8 @@ pub struct ResolvedRun {
     pub io_threads: u64,
     /// The dense-weights policy in effect (`mmap` without streaming).
     pub dense_weights: crate::cli::DenseWeights,
+    /// The overlap that runs, with `--overlap`.
+    pub overlap: Option<crate::stream::overlap::OverlapKind>,
 }
 
 /// `x` as the f64 nearest its shortest decimal form, so the preamble prints `0.8` as typed, not
@@ -238,7 +248,7 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
         load_all: Some(sc.is_some_and(|s| s.load_all)),
         io_threads: Some(r.io_threads),
         o_direct: Some(r.o_direct),
-        overlap: Some(false),
+        overlap: Some(r.overlap.is_some()),
         io_two_wave: Some(false),
         prefetch: Some(0),
         route_ahead: Some(0),
@@ -281,6 +291,10 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
             // `threads` is then the maximum: tokens ran with it or fewer (stderr says how many)
             if cfg.adaptive_threads {
                 m.insert("threads_adaptive", "1");
+            }
+            // which overlap mechanism ran: userfaultfd page waits, or the staged fallback
+            if let Some(k) = r.overlap {
+                m.insert("overlap_kind", k.as_str());
             }
             m
         },
@@ -387,7 +401,7 @@ mod tests {
             dense_resident_frac: -1.0,
             ..Default::default()
         }
-        .with_residual()
+        .with_residual(false)
     }
 
     #[test]
@@ -420,6 +434,7 @@ mod tests {
             loop_overhead_ms: 0.25,
             page_size: 4096,
             turn: 0,
+            drain_ms: 0.0,
         };
         sink.write_row(&token_row(&sample_row(), &ctx)).unwrap();
         // flushed per row: readable before the trailer exists
@@ -445,6 +460,8 @@ mod tests {
                 auto_budget_mib: None,
                 token_demand_bytes: 3 << 20,
                 layer_demand_bytes: 1 << 20,
+                stall_s: None,
+                drain_s: 0.0,
             }),
             // a dense probe's time is cache management: in mgmt_s/tok, out of compute_s/tok
             probe_s: 0.002,

@@ -5,7 +5,8 @@
 
 use bmoe_telemetry::protocol::{Load, Progress, round_to};
 use bmoe_telemetry::summary::{
-    CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeChurn, MoeStream, Prefill,
+    CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeChurn, MoeOverlap,
+    MoeStream, MoeWaits, Prefill,
 };
 
 /// One generated token's measurements.
@@ -17,9 +18,9 @@ pub struct TokenStats {
     pub steps: usize,
     /// Wall time of the `llama_decode` that fed this token.
     pub wall_ms: f64,
-    /// Time blocked on expert reads (serial).
+    /// Serial: time blocked on expert reads. Overlap: Σ lanes' busy time (may exceed wall).
     pub io_ms: f64,
-    /// Residual: wall − io − mgmt, clamped at 0.
+    /// Residual: wall − io − mgmt (serial) or wall − stall − mgmt (overlap), clamped at 0.
     pub compute_ms: f64,
     /// Cache management time.
     pub mgmt_ms: f64,
@@ -38,9 +39,12 @@ pub struct TokenStats {
 }
 
 impl TokenStats {
-    /// Fills `compute_ms` from the measured terms (the seed's residual).
-    pub fn with_residual(mut self) -> Self {
-        self.compute_ms = (self.wall_ms - self.io_ms - self.mgmt_ms - self.stall_ms).max(0.0);
+    /// Fills `compute_ms` from the measured terms (the seed's residual): the wall-time flash
+    /// term is `io_ms` serially and `stall_ms` under overlap, where `io_ms` is lane busy time
+    /// that ran beside compute (subtracting both would count the same wait twice).
+    pub fn with_residual(mut self, overlap: bool) -> Self {
+        let flash = if overlap { self.stall_ms } else { self.io_ms };
+        self.compute_ms = (self.wall_ms - flash - self.mgmt_ms).max(0.0);
         self
     }
 }
@@ -104,6 +108,8 @@ pub enum ModeLine {
         auto: bool,
         /// `--dense-weights`.
         dense: crate::cli::DenseWeights,
+        /// The overlap that runs, with `--overlap`.
+        overlap: Option<crate::stream::overlap::OverlapKind>,
     },
     /// Plain llama.cpp on a MoE architecture this build could stream.
     PlainStreamable {
@@ -124,6 +130,7 @@ pub fn mode_line(m: &ModeLine) -> String {
             cache_mb,
             auto,
             dense,
+            overlap,
         } => Mode::Streaming {
             cache: if *auto {
                 CacheSetting::Auto
@@ -137,7 +144,7 @@ pub fn mode_line(m: &ModeLine) -> String {
                 crate::cli::DenseWeights::Warm => DenseWeights::Warm,
                 crate::cli::DenseWeights::Anon => DenseWeights::Anon,
             },
-            overlap: None,
+            overlap: overlap.map(|k| k.as_str().to_string()),
             extra: Vec::new(),
         },
         ModeLine::PlainStreamable { arch } => Mode::NotStreaming(format!(
@@ -206,6 +213,17 @@ pub struct StreamSummary {
     pub token_demand_bytes: u64,
     /// The widest layer's share of it.
     pub layer_demand_bytes: u64,
+    /// Under `--overlap`: Σ stall (the union of blocked intervals), s.
+    pub stall_s: Option<f64>,
+    /// Under `--overlap`: Σ eval-thread waits for the previous batch, s.
+    pub drain_s: f64,
+}
+
+impl StreamSummary {
+    /// Per token: the wall-time flash term (io serially, stall under overlap).
+    pub fn flash_wait_s(&self) -> f64 {
+        self.stall_s.unwrap_or(self.io_s)
+    }
 }
 
 /// `amount / seconds`, or 0 when no time was measured (a run that generated nothing, a read
@@ -262,16 +280,17 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
         let read_mib = st.read_bytes as f64 / MIB;
         let io_s = st.io_s / n;
         let mgmt_s = s.mgmt_s() / n;
+        let stall = st.stall_s.map(|x| x / n);
         out.push(
             MoeStream {
                 read_mib,
                 mib_per_token: read_mib / n,
                 decode_s_per_token: s_tok,
-                compute_s: (s_tok - io_s - mgmt_s).max(0.0),
+                compute_s: (s_tok - st.flash_wait_s() / n - mgmt_s).max(0.0),
                 mgmt_s: Some(mgmt_s),
                 io_s,
                 mib_per_s: per_second(read_mib, st.io_s),
-                stall_s_per_token: None,
+                stall_s_per_token: stall,
             }
             .to_string(),
         );
@@ -296,6 +315,18 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
                 );
             }
         }
+        if let Some(stall_s_per_token) = stall {
+            out.push(MoeOverlap { stall_s_per_token }.to_string());
+            if st.drain_s / n >= 0.0005 {
+                out.push(
+                    MoeWaits {
+                        drain_s_per_token: st.drain_s / n,
+                        adopt_s_per_token: 0.0,
+                    }
+                    .to_string(),
+                );
+            }
+        }
     }
     out
 }
@@ -310,6 +341,7 @@ mod tests {
             cache_mb,
             auto,
             dense,
+            overlap: None,
         }
     }
 
@@ -328,7 +360,7 @@ mod tests {
             dense_resident_frac: -1.0,
             ..Default::default()
         }
-        .with_residual();
+        .with_residual(false);
         assert_eq!(
             progress_line(&t, "hi\n"),
             "BMOE_PROGRESS {\"step\":3,\"steps\":32,\"wall_ms\":10.0,\"io_ms\":4.0,\"compute_ms\":5.0,\"mgmt_ms\":1.0,\"stall_ms\":0.0,\"read_mb\":1.5,\"cache_hit_pct\":50.0,\"majflt\":2,\"cpu_ms\":20.0,\"dense_resident_frac\":-1.0,\"delta_reasoning\":\"\",\"delta_text\":\"hi\\n\"}"
@@ -338,13 +370,77 @@ mod tests {
     }
 
     #[test]
+    fn the_overlap_residual_subtracts_the_stall_not_the_lane_time() {
+        let t = TokenStats {
+            wall_ms: 10.0,
+            io_ms: 25.0, // four lanes busy beside compute
+            stall_ms: 3.0,
+            mgmt_ms: 1.0,
+            ..Default::default()
+        };
+        assert_eq!(t.with_residual(true).compute_ms, 6.0);
+        assert_eq!(
+            t.with_residual(false).compute_ms,
+            0.0,
+            "serial: io is wall time"
+        );
+    }
+
+    #[test]
+    fn overlap_adds_the_stall_to_the_stream_line_and_its_own_lines() {
+        let s = RunSummary {
+            n_gen: 2,
+            decode_s: 2.0,
+            threads: 2,
+            stream: Some(StreamSummary {
+                read_bytes: 2 << 20,
+                io_s: 5.0,
+                mgmt_s: 0.2,
+                cache_hit_pct: -1.0,
+                stall_s: Some(0.8),
+                drain_s: 0.02,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mode = ModeLine::Streaming {
+            cache_mb: 0,
+            auto: false,
+            dense: Mmap,
+            overlap: Some(crate::stream::overlap::OverlapKind::Staged),
+        };
+        let lines = summary_lines(&s, &mode);
+        let stream = lines.iter().find(|l| l.starts_with("moe-stream:")).unwrap();
+        assert!(stream.ends_with(" stall_s/tok=0.400"), "{stream}");
+        assert!(
+            stream.contains("(compute 0.500 + cache mgmt 0.100"),
+            "{stream}"
+        );
+        assert!(lines.contains(
+            &"mode: expert streaming, cache off, dense mmap, overlap (staged)".to_string()
+        ));
+        assert!(
+            lines.contains(
+                &"moe-overlap: stall 0.400 s/token (flash reads overlapped with FFN compute)"
+                    .to_string()
+            )
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("moe-waits: drain 0.010 s/token")),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
     fn residual_clamps_at_zero() {
         let t = TokenStats {
             wall_ms: 1.0,
             io_ms: 2.0,
             ..Default::default()
         }
-        .with_residual();
+        .with_residual(false);
         assert_eq!(t.compute_ms, 0.0);
     }
 
@@ -370,6 +466,8 @@ mod tests {
                 auto_budget_mib: None,
                 token_demand_bytes: 0,
                 layer_demand_bytes: 0,
+                stall_s: None,
+                drain_s: 0.0,
             }),
             // the dense probes count as cache management (0.2 + 0.2 s over 4 tokens)
             probe_s: 0.2,

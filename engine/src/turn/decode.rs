@@ -41,6 +41,7 @@ struct TokenLoop {
 /// One generated token's decode, measured.
 struct Decoded {
     row: TokenStats,
+    drain_ms: f64,
     wall_s: f64,
     loop_overhead_ms: f64,
     probe_ms: f64,
@@ -204,6 +205,8 @@ impl Engine<'_> {
                 read_bytes: n.read_bytes - p.read_bytes,
                 io_ns: n.io_ns - p.io_ns,
                 mgmt_ns: n.mgmt_ns - p.mgmt_ns,
+                stall_ns: n.stall_ns - p.stall_ns,
+                drain_ns: n.drain_ns - p.drain_ns,
                 ..n
             },
             _ => StreamStats::default(),
@@ -219,7 +222,7 @@ impl Engine<'_> {
             wall_ms: wall.as_secs_f64() * 1e3,
             io_ms: d.io_ns as f64 / 1e6,
             mgmt_ms: d.mgmt_ns as f64 / 1e6 + probe_ms,
-            stall_ms: 0.0,
+            stall_ms: d.stall_ns as f64 / 1e6,
             read_bytes: d.read_bytes,
             cache_hit_pct: hit,
             majflt: p1.majflt.saturating_sub(p0.majflt),
@@ -227,13 +230,14 @@ impl Engine<'_> {
             dense_resident_frac,
             compute_ms: 0.0,
         }
-        .with_residual();
+        .with_residual(self.overlap().is_some());
         if let Some(gov) = self.governor.as_mut() {
             // flash reads and cache work do not depend on the compute threads: judge the
             // count by the rest of the token
             gov.record(row.compute_ms);
         }
         Ok(Some(Decoded {
+            drain_ms: d.drain_ns as f64 / 1e6,
             row,
             wall_s: wall.as_secs_f64(),
             loop_overhead_ms,
@@ -258,6 +262,7 @@ impl Engine<'_> {
                 cache_budget_mib,
                 loop_overhead_ms: d.loop_overhead_ms,
                 page_size: system_page_size() as u64,
+                drain_ms: d.drain_ms,
             };
             if let Err(e) = sink.write_row(&token_row(&d.row, &rctx)) {
                 let _ = writeln!(note, "bmoe: warning: {e} — metrics stop here");
@@ -344,6 +349,11 @@ impl Engine<'_> {
                 auto_budget_mib: self.auto_budget,
                 token_demand_bytes: n.token_demand_bytes,
                 layer_demand_bytes: n.layer_demand_bytes,
+                stall_s: self
+                    .overlap()
+                    .is_some()
+                    .then(|| (n.stall_ns - b.stall_ns) as f64 / 1e9),
+                drain_s: (n.drain_ns - b.drain_ns) as f64 / 1e9,
             });
         }
         lp.trailer.cgroup_usage_bytes = cgroup_memory()

@@ -208,6 +208,7 @@ impl<'m> Engine<'m> {
                 cache_mb: self.resolved.cache_mb,
                 auto: self.auto_budget.is_some(),
                 dense: self.resolved.dense_weights,
+                overlap: self.resolved.overlap,
             }
         } else if recipe_for(&self.facts.arch).is_some() {
             ModeLine::PlainStreamable {
@@ -218,6 +219,11 @@ impl<'m> Engine<'m> {
                 arch: self.facts.arch.clone(),
             }
         }
+    }
+
+    /// The overlap that runs, with `--overlap`.
+    pub fn overlap(&self) -> Option<crate::stream::overlap::OverlapKind> {
+        self.resolved.overlap
     }
 
     fn stream_stats(&mut self) -> Option<StreamStats> {

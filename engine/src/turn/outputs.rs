@@ -56,7 +56,7 @@ impl Outputs {
             n_threads: Some(cfg.threads as u64),
             io_threads: Some(resolved.io_threads),
             o_direct: Some(resolved.o_direct),
-            overlap: Some(false),
+            overlap: Some(resolved.overlap.is_some()),
             ..Default::default()
         };
         if let (Some(path), true) = (&cfg.io_trace, streaming) {

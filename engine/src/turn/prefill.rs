@@ -71,6 +71,7 @@ impl Engine<'_> {
             trailer.prefill_read_bytes = b.read_bytes - a.read_bytes;
             trailer.prefill_io_s = (b.io_ns - a.io_ns) as f64 / 1e9;
             trailer.prefill_mgmt_s = (b.mgmt_ns - a.mgmt_ns) as f64 / 1e9;
+            trailer.prefill_stall_s = (b.stall_ns - a.stall_ns) as f64 / 1e9;
         }
         Ok(Prefilled::Done { prefill_s, trailer })
     }

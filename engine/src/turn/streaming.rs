@@ -47,6 +47,8 @@ pub(super) fn start_streaming(
         .hook_mut()
         .ok_or(EngineError::Internal("streaming without a hook"))?;
     let captured = hook.take_captured();
+    let consumers = hook.take_consumers();
+    let abort = hook.abort_flag();
     let weight_addrs = hook.take_weight_addrs();
     let layout = bind(recipe, &captured, &facts.index)?;
     let cycle = layout.cache_cycle_bytes(top_k);
@@ -63,9 +65,11 @@ pub(super) fn start_streaming(
         io_threads: sc.io_threads,
         o_direct: sc.o_direct,
         load_all: sc.load_all,
+        overlap: sc.overlap,
     };
     let n_expert = layout.n_expert;
-    let (mut streamer, setup) = Streamer::start(layout, &facts.index, settings)?;
+    let (mut streamer, setup) = Streamer::start(layout, &facts.index, settings, abort)?;
+    streamer.set_consumers(&consumers);
     for w in &setup.warnings {
         let _ = writeln!(note, "bmoe: warning: {w}");
     }
@@ -74,20 +78,28 @@ pub(super) fn start_streaming(
     resolved.dense_weights = cfg.dense_weights;
     let _ = writeln!(
         note,
-        "bmoe: expert streaming ON  n_expert={n_expert} o_direct={} io_threads={} cache={} MiB shards={} cache_cycle={:.1} MiB",
+        "bmoe: expert streaming ON  n_expert={n_expert} o_direct={} io_threads={} cache={} MiB shards={} cache_cycle={:.1} MiB{}",
         u8::from(setup.o_direct),
         setup.lanes,
         cache_mb,
         facts.index.shards.len(),
-        cycle as f64 / MIB
+        cycle as f64 / MIB,
+        match setup.overlap {
+            Some(k) => format!(" overlap={}", k.as_str()),
+            None => String::new(),
+        }
     );
-    hook.stream_with(streamer);
+    let pool = ctx.pool_pause();
+    if let Some(hook) = ctx.hook_mut() {
+        hook.stream_with(streamer, pool);
+    }
     ctx.clear_memory();
     resolved.moe_stream = true;
     resolved.cache_mb = cache_mb;
     resolved.cache_cycle_bytes = cycle;
     resolved.o_direct = setup.o_direct;
     resolved.io_threads = setup.lanes as u64;
+    resolved.overlap = setup.overlap;
     Ok(Streaming {
         auto_budget,
         dense_arena,

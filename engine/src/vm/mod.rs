@@ -7,6 +7,7 @@
 //! a span the arena remapped, so a bad offset can never scribble over foreign memory.
 
 pub mod sigbus;
+pub mod uffd;
 
 use crate::ffi::WeightRef;
 use std::fs::File;
@@ -245,6 +246,26 @@ impl Arena {
         total
     }
 
+    /// Keeps the kernel from backing the arena with transparent huge pages. Needed before
+    /// userfaultfd takes the arena over: a huge page faulted in by a refill would make hundreds
+    /// of expert pages present (as zeros) that userfaultfd then never reports.
+    pub fn no_huge_pages(&self) -> io::Result<()> {
+        for s in &self.spans {
+            // SAFETY: a span this arena mapped; MADV_NOHUGEPAGE only changes a VMA flag.
+            let r = unsafe {
+                libc::madvise(
+                    s.start as *mut libc::c_void,
+                    s.end - s.start,
+                    libc::MADV_NOHUGEPAGE,
+                )
+            };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
     /// Overwrites `[addr, addr+len)` with `byte` (test poisoning).
     pub fn fill(&self, addr: usize, len: usize, byte: u8) -> io::Result<()> {
         self.check(addr, len)?;
@@ -278,6 +299,60 @@ pub fn mapping_headroom(margin: usize) -> Option<usize> {
         .filter(|&&b| b == b'\n')
         .count();
     Some(max.saturating_sub(used).saturating_sub(margin))
+}
+
+/// A page-aligned private anonymous buffer a read lane reads into before userfaultfd installs
+/// its pages in the arena. Installing may move the pages away; the buffer then reads back as
+/// zeros until the next read refills it.
+pub struct StagingBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain memory owned by one lane at a time (moved into its thread).
+unsafe impl Send for StagingBuf {}
+
+impl StagingBuf {
+    /// A buffer of at least `len` bytes (rounded up to pages), never backed by huge pages.
+    pub fn new(len: usize) -> io::Result<Self> {
+        let len = len.max(PAGE).div_ceil(PAGE) * PAGE;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the mapping just made; the advice only changes its VMA flags.
+        unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+        let ptr = std::ptr::NonNull::new(p.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
+        Ok(Self { ptr, len })
+    }
+
+    /// Its size in bytes.
+    pub fn capacity(&self) -> usize {
+        self.len
+    }
+
+    /// The bytes.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is a live mapping of len bytes owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for StagingBuf {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
 }
 
 /// A page-aligned heap buffer (for O_DIRECT probes).

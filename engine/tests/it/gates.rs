@@ -10,17 +10,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-const PROMPT: &str = "Hello world, this is a streaming test.";
+pub(crate) const PROMPT: &str = "Hello world, this is a streaming test.";
 
-struct Models {
+pub(crate) struct Models {
     _dir: tempfile::TempDir,
-    q8: PathBuf,
-    f32: PathBuf,
-    q4k: PathBuf,
-    split3: PathBuf,
-    qwen2moe: PathBuf,
-    gpt_oss: PathBuf,
-    gemma4: PathBuf,
+    pub(crate) q8: PathBuf,
+    pub(crate) f32: PathBuf,
+    pub(crate) q4k: PathBuf,
+    pub(crate) split3: PathBuf,
+    pub(crate) qwen2moe: PathBuf,
+    pub(crate) gpt_oss: PathBuf,
+    pub(crate) gemma4: PathBuf,
 }
 
 fn synth(dir: &Path, name: &str, preset: Preset, edit: impl FnOnce(&mut SynthOptions)) -> PathBuf {
@@ -31,7 +31,7 @@ fn synth(dir: &Path, name: &str, preset: Preset, edit: impl FnOnce(&mut SynthOpt
 }
 
 /// Every test model, built once per test binary.
-fn models() -> &'static Models {
+pub(crate) fn models() -> &'static Models {
     static M: OnceLock<Models> = OnceLock::new();
     M.get_or_init(|| {
         // under the target dir, not /tmp: tmpfs refuses O_DIRECT, which would make that gate vacuous
@@ -56,11 +56,11 @@ fn models() -> &'static Models {
     })
 }
 
-fn cli() -> Command {
+pub(crate) fn cli() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
 }
 
-fn run(model: &Path, extra: &[&str]) -> Output {
+pub(crate) fn run(model: &Path, extra: &[&str]) -> Output {
     cli()
         .arg("-m")
         .arg(model)
@@ -81,7 +81,7 @@ fn run(model: &Path, extra: &[&str]) -> Output {
 }
 
 /// (token, logits hash) per step, from a successful run.
-fn trace(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String) {
+pub(crate) fn trace(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String) {
     let (steps, stdout, _) = trace_full(model, extra);
     (steps, stdout)
 }
@@ -95,7 +95,7 @@ fn split_chunk(stderr: &str) -> Option<u32> {
 
 /// The resident run a streamed run must equal: same batches, so `--ubatch` = the smaller of the
 /// streamed run's own `--ubatch` and its announced prefill chunk.
-fn resident_args(streamed_args: &[&str], streamed_stderr: &str) -> Vec<String> {
+pub(crate) fn resident_args(streamed_args: &[&str], streamed_stderr: &str) -> Vec<String> {
     let own = streamed_args
         .iter()
         .position(|&a| a == "--ubatch")
@@ -109,7 +109,7 @@ fn resident_args(streamed_args: &[&str], streamed_stderr: &str) -> Vec<String> {
 }
 
 /// [`trace`] plus stderr.
-fn trace_full(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String, String) {
+pub(crate) fn trace_full(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String, String) {
     let out = run(model, extra);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -136,7 +136,7 @@ fn trace_full(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String, S
 
 /// Every config streamed must equal the resident run with the same batches (a cache smaller
 /// than a whole layer splits the prefill: the resident run then uses `--ubatch <chunk>`).
-fn assert_identical(model: &Path, configs: &[&[&str]]) {
+pub(crate) fn assert_identical(model: &Path, configs: &[&[&str]]) {
     let mut residents: std::collections::HashMap<Vec<String>, Vec<(String, String)>> =
         std::collections::HashMap::new();
     for cfg in configs {
@@ -159,7 +159,7 @@ fn assert_identical(model: &Path, configs: &[&[&str]]) {
     }
 }
 
-fn perf(stdout: &str) -> PerfReport {
+pub(crate) fn perf(stdout: &str) -> PerfReport {
     PerfReport::parse(stdout)
 }
 

@@ -6,6 +6,7 @@ mod cli_flags;
 mod decide;
 mod dense_split;
 mod gates;
+mod overlap;
 mod reasoning;
 mod session;
 mod telemetry;

@@ -1,0 +1,397 @@
+//! The asynchronous read lanes of `--overlap`: every lane is a worker thread (the eval thread
+//! only submits a layer's batch and returns), and a finished read is either installed through
+//! userfaultfd (which wakes the compute threads waiting on its pages) or was written in place
+//! (the staged overlap, where the eval thread waits for each projection's group before its
+//! matmul).
+//!
+//! A failed or short read never leaves zeros to compute on silently: the lane records the
+//! error, raises the context's abort flag, and (under userfaultfd) installs 0xFF pages so that
+//! every waiting thread wakes and the graph stops at its next node; every later job of the run
+//! does the same without reading.
+
+use super::book::{FaultBook, SliceId};
+use crate::stream::io::{JobTiming, ReadError, ShardFile};
+use crate::stream::layout::ReadJob;
+use crate::vm::uffd::Userfault;
+use crate::vm::{Arena, StagingBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// What a job puts into its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// The file's bytes.
+    File,
+    /// 0xFF bytes (test poisoning of a routed expert).
+    Poison,
+}
+
+/// One slice to bring in.
+#[derive(Debug, Clone, Copy)]
+pub struct AsyncJob {
+    /// The window read (page aligned under userfaultfd).
+    pub read: ReadJob,
+    /// The slice it holds.
+    pub slice: SliceId,
+    /// The projection group it belongs to (the order its matmul consumes it in).
+    pub group: usize,
+    /// The tensor's index among its layer's expert tensors, file order (the io trace's `proj`).
+    pub proj: u8,
+    /// What goes in.
+    pub fill: Fill,
+}
+
+#[derive(Default)]
+struct Slot {
+    lane: AtomicU64,
+    latency_ns: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// One layer's reads.
+pub struct Batch {
+    jobs: Vec<AsyncJob>,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    group_left: Vec<AtomicUsize>,
+    slots: Vec<Slot>,
+}
+
+impl Batch {
+    /// Jobs in the batch.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Whether it holds no job.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// The jobs, in submission order.
+    pub fn jobs(&self) -> &[AsyncJob] {
+        &self.jobs
+    }
+
+    /// Each job's timing, in job order (after the batch is done).
+    pub fn timings(&self) -> Vec<JobTiming> {
+        self.slots
+            .iter()
+            .map(|s| JobTiming {
+                lane: s.lane.load(Ordering::Relaxed) as u32,
+                latency_ns: s.latency_ns.load(Ordering::Relaxed),
+                bytes: s.bytes.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+/// How finished reads reach the arena.
+pub enum Installer {
+    /// Through userfaultfd, with the book that times the waits.
+    Uffd {
+        /// The descriptor the arena is registered with.
+        uffd: Arc<Userfault>,
+        /// The slices' states.
+        book: Arc<Mutex<FaultBook>>,
+    },
+    /// Written in place (the staged overlap).
+    InPlace,
+}
+
+#[derive(Default)]
+struct PoolState {
+    batch: Option<Arc<Batch>>,
+    generation: u64,
+    shutdown: bool,
+}
+
+/// What the lanes share.
+pub struct Shared {
+    state: Mutex<PoolState>,
+    work: Condvar,
+    progress: Mutex<()>,
+    progressed: Condvar,
+    /// The opened shards.
+    pub files: Vec<ShardFile>,
+    /// The expert memory.
+    pub arena: Arc<Arena>,
+    /// How finished reads are installed.
+    pub installer: Installer,
+    abort: Arc<AtomicBool>,
+    error: Mutex<Option<ReadError>>,
+    failed: AtomicBool,
+    read_bytes: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    /// Lanes' state over `files` and `arena`; a failure raises `abort`.
+    pub fn new(
+        files: Vec<ShardFile>,
+        arena: Arc<Arena>,
+        installer: Installer,
+        abort: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            state: Mutex::new(PoolState::default()),
+            work: Condvar::new(),
+            progress: Mutex::new(()),
+            progressed: Condvar::new(),
+            files,
+            arena,
+            installer,
+            abort,
+            error: Mutex::new(None),
+            failed: AtomicBool::new(false),
+            read_bytes: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Records the run's first read failure and stops the graph.
+    pub fn fail(&self, e: ReadError) {
+        lock(&self.error).get_or_insert(e);
+        self.failed.store(true, Ordering::SeqCst);
+        self.abort.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a read has failed.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// The first read failure, once.
+    pub fn take_error(&self) -> Option<ReadError> {
+        lock(&self.error).take()
+    }
+
+    /// Bytes read so far (aligned windows included).
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Σ lanes' busy time (read and install), ns.
+    pub fn busy_ns(&self) -> u64 {
+        self.busy_ns.load(Ordering::Relaxed)
+    }
+
+    /// Reads (or poisons) one job's window and installs it; returns the bytes read.
+    fn execute(&self, job: &AsyncJob, staging: &mut StagingBuf) -> Result<u64, ReadError> {
+        let file = self.files.get(job.read.shard).ok_or_else(|| ReadError {
+            path: "<no such shard>".into(),
+            offset: job.read.offset,
+            len: job.read.len,
+            got: 0,
+            errno: None,
+        })?;
+        let poison = job.fill == Fill::Poison || self.failed();
+        match &self.installer {
+            Installer::Uffd { uffd, book } => {
+                let n = if poison {
+                    staging.as_mut_slice()[..job.read.len].fill(0xFF);
+                    0
+                } else {
+                    let n = file.read_to(staging.as_mut_slice(), &job.read)?;
+                    // past the file's end: bytes no tensor owns, but never stale ones
+                    staging.as_mut_slice()[n.min(job.read.len)..job.read.len].fill(0);
+                    n
+                };
+                let installed = self.arena.install(
+                    uffd,
+                    job.read.addr,
+                    staging,
+                    0,
+                    job.read.len.div_ceil(4096) * 4096,
+                );
+                if let Err(e) = installed {
+                    return Err(ReadError {
+                        path: file.path().to_path_buf(),
+                        offset: job.read.slice_offset,
+                        len: job.read.len,
+                        got: 0,
+                        errno: Some(e.raw_os_error().unwrap_or(libc::EIO)),
+                    });
+                }
+                lock(book).installed(job.slice, Instant::now());
+                Ok(n as u64)
+            }
+            Installer::InPlace => {
+                if poison {
+                    let _ = self.arena.fill(job.read.addr, job.read.len, 0xFF);
+                    Ok(0)
+                } else {
+                    file.execute(&self.arena, &job.read).map(|n| n as u64)
+                }
+            }
+        }
+    }
+
+    /// After a failure: the job's pages hold 0xFF so its waiters wake (the graph is aborting).
+    fn release_waiters(&self, job: &AsyncJob, staging: &mut StagingBuf) {
+        if let Installer::Uffd { uffd, book } = &self.installer {
+            staging.as_mut_slice()[..job.read.len].fill(0xFF);
+            let len = job.read.len.div_ceil(4096) * 4096;
+            let _ = self.arena.install(uffd, job.read.addr, staging, 0, len);
+            lock(book).installed(job.slice, Instant::now());
+        }
+    }
+
+    fn drain(&self, batch: &Batch, lane: usize, staging: &mut StagingBuf) {
+        loop {
+            let i = batch.next.fetch_add(1, Ordering::AcqRel);
+            let Some(job) = batch.jobs.get(i) else { return };
+            let t0 = Instant::now();
+            let got = match self.execute(job, staging) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.fail(e);
+                    self.release_waiters(job, staging);
+                    0
+                }
+            };
+            let ns = t0.elapsed().as_nanos() as u64;
+            self.busy_ns.fetch_add(ns, Ordering::Relaxed);
+            self.read_bytes.fetch_add(got, Ordering::Relaxed);
+            if let Some(s) = batch.slots.get(i) {
+                s.lane.store(lane as u64, Ordering::Relaxed);
+                s.latency_ns.store(ns, Ordering::Relaxed);
+                s.bytes.store(got, Ordering::Relaxed);
+            }
+            if let Some(g) = batch.group_left.get(job.group) {
+                g.fetch_sub(1, Ordering::AcqRel);
+            }
+            batch.done.fetch_add(1, Ordering::AcqRel);
+            // take the lock so a waiter cannot miss the wake-up between its check and its wait
+            let _p = lock(&self.progress);
+            self.progressed.notify_all();
+        }
+    }
+}
+
+/// The worker threads.
+pub struct AsyncLanes {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl AsyncLanes {
+    /// Starts `n` lanes (1..=8), each with a staging buffer of `window` bytes.
+    pub fn start(n: usize, shared: Arc<Shared>, window: usize) -> std::io::Result<Self> {
+        let mut workers = Vec::new();
+        for lane in 0..n.clamp(1, 8) {
+            let mut staging = StagingBuf::new(window)?;
+            let s = Arc::clone(&shared);
+            let h = std::thread::Builder::new()
+                .name(format!("bmoe-io-{lane}"))
+                .spawn(move || worker(&s, lane, &mut staging))?;
+            workers.push(h);
+        }
+        Ok(Self { shared, workers })
+    }
+
+    /// Lanes running.
+    pub fn lanes(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// The lanes' shared state.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Hands `jobs` (groups `0..n_groups`) to the lanes and returns at once.
+    pub fn submit(&self, jobs: Vec<AsyncJob>, n_groups: usize, timed: bool) -> Arc<Batch> {
+        let mut left = vec![0usize; n_groups];
+        for j in &jobs {
+            if let Some(l) = left.get_mut(j.group) {
+                *l += 1;
+            }
+        }
+        let slots = if timed {
+            (0..jobs.len()).map(|_| Slot::default()).collect()
+        } else {
+            Vec::new()
+        };
+        let batch = Arc::new(Batch {
+            jobs,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            group_left: left.into_iter().map(AtomicUsize::new).collect(),
+            slots,
+        });
+        if !batch.is_empty() {
+            let mut st = lock(&self.shared.state);
+            st.batch = Some(Arc::clone(&batch));
+            st.generation += 1;
+            self.shared.work.notify_all();
+        }
+        batch
+    }
+
+    /// Waits until every job of `group` in `batch` is done.
+    pub fn wait_group(&self, batch: &Batch, group: usize) {
+        let Some(left) = batch.group_left.get(group) else {
+            return;
+        };
+        let mut p = lock(&self.shared.progress);
+        while left.load(Ordering::Acquire) > 0 {
+            p = self
+                .shared
+                .progressed
+                .wait(p)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Waits until every job of `batch` is done.
+    pub fn wait_all(&self, batch: &Batch) {
+        let mut p = lock(&self.shared.progress);
+        while batch.done.load(Ordering::Acquire) < batch.len() {
+            p = self
+                .shared
+                .progressed
+                .wait(p)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+fn worker(shared: &Shared, lane: usize, staging: &mut StagingBuf) {
+    let mut seen = 0u64;
+    loop {
+        let batch = {
+            let mut st = lock(&shared.state);
+            while !st.shutdown && st.generation == seen {
+                st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            if st.shutdown {
+                return;
+            }
+            seen = st.generation;
+            st.batch.clone()
+        };
+        if let Some(b) = batch {
+            shared.drain(&b, lane, staging);
+        }
+    }
+}
+
+impl Drop for AsyncLanes {
+    fn drop(&mut self) {
+        {
+            let mut st = lock(&self.shared.state);
+            st.shutdown = true;
+            self.shared.work.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
