@@ -200,6 +200,32 @@ impl ShardFile {
     }
 }
 
+impl ShardFile {
+    /// Reads `job`'s window into the ring slot at `slot` (page aligned, so O_DIRECT accepts
+    /// it); at least the slice must arrive.
+    pub(crate) fn read_to_ring(
+        &self,
+        ring: &crate::vm::uffd::StagingRing,
+        slot: usize,
+        job: &ReadJob,
+    ) -> Result<usize, ReadError> {
+        let file = self.direct.as_ref().unwrap_or(&self.buffered);
+        let lead = (job.slice_offset - job.offset) as usize;
+        let err = |got: usize, errno: Option<i32>| ReadError {
+            path: self.path.clone(),
+            offset: job.slice_offset,
+            len: job.need - lead,
+            got,
+            errno,
+        };
+        match ring.read_into(file, slot, job.len, job.offset) {
+            Ok(n) if n >= job.need => Ok(n),
+            Ok(n) => Err(err(n.saturating_sub(lead), None)),
+            Err(e) => Err(err(0, Some(e.raw_os_error().unwrap_or(libc::EIO)))),
+        }
+    }
+}
+
 fn verify_direct(buffered: &File, direct: &File) -> Result<(), DirectRefusal> {
     let size = buffered.metadata().map_err(DirectRefusal::Buffered)?.len();
     if size < DIRECT_ALIGN {

@@ -10,6 +10,7 @@ use super::load::Staged;
 use super::overlap::OverlapKind;
 use super::overlap::book::SliceId;
 use super::overlap::lanes::{AsyncJob, Fill};
+use super::recycle::PageRun;
 use super::{Poison, Routing, Streamer};
 use std::time::Instant;
 
@@ -43,15 +44,16 @@ impl Streamer {
             return Err(e);
         }
         let victims = self.cache.evict_to_budget();
-        if self
+        let donors = if self
             .overlap()
             .is_some_and(|o| o.kind() == OverlapKind::Staged)
         {
             // reads land in place, as serially: the victims' pages become the misses' pages
             self.release(&victims, layer, &misses);
+            Vec::new()
         } else {
-            self.drop_evicted(&victims);
-        }
+            self.evicted_pages(&victims)
+        };
         if self.poison.is_some() {
             // a poisoned page may sit where a miss goes: drop it so the read replaces it
             self.drop_for_reread(layer, &misses);
@@ -65,7 +67,7 @@ impl Streamer {
         }
         let n_groups = self.consume_order.get(layer).map_or(1, Vec::len).max(1);
         if let Some(o) = self.overlap_mut() {
-            o.submit(layer, jobs, n_groups);
+            o.submit(layer, jobs, &donors, n_groups);
         }
         // staging time is management; the drain wait is not (it is drain_ms)
         self.stats.mgmt_ns += (t0.elapsed().saturating_sub(drained)).as_nanos() as u64;
@@ -84,24 +86,35 @@ impl Streamer {
         Ok(())
     }
 
-    /// Under userfaultfd, evicted entries' pages are dropped (moving them would put stale bytes
-    /// where a compute thread could see them before their read).
-    fn drop_evicted(&mut self, victims: &[EntryId]) {
+    /// Under userfaultfd: the evicted entries' whole inward pages, marked absent in the book.
+    /// They are lent to the lanes' staging ring for the misses' reads (or dropped): moving them
+    /// straight to a miss would show stale bytes to a compute thread before the read lands.
+    fn evicted_pages(&mut self, victims: &[EntryId]) -> Vec<PageRun> {
+        let page = crate::vm::PAGE;
+        let mut runs = Vec::new();
         for v in victims {
             let Some(Some(l)) = self.layout.layers.get(v.layer) else {
                 continue;
             };
             for (p, t) in l.tensors.iter().enumerate() {
-                // a failed madvise only leaves memory resident; correctness is unaffected
-                let _ = self
-                    .arena
-                    .drop_pages(t.addr + v.expert * t.stride, t.stride);
-                if let Some(b) = self.overlap().and_then(|o| o.book()) {
+                let (a, b) = (
+                    t.addr + v.expert * t.stride,
+                    t.addr + (v.expert + 1) * t.stride,
+                );
+                let (p0, p1) = (a.div_ceil(page) * page, b & !(page - 1));
+                if p1 > p0 {
+                    runs.push(PageRun {
+                        addr: p0,
+                        len: p1 - p0,
+                    });
+                }
+                if let Some(book) = self.overlap().and_then(|o| o.book()) {
                     let id = self.slice_id(v.layer, p, v.expert);
-                    b.lock().unwrap_or_else(|e| e.into_inner()).evicted(id);
+                    book.lock().unwrap_or_else(|e| e.into_inner()).evicted(id);
                 }
             }
         }
+        runs
     }
 
     /// Test poisoning: drops every page of the misses' slices that lies inside their tensor
@@ -199,6 +212,7 @@ impl Streamer {
                     group,
                     proj: u8::try_from(p).unwrap_or(u8::MAX),
                     fill,
+                    slot: 0,
                 });
             }
         }

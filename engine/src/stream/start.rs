@@ -54,6 +54,7 @@ impl Streamer {
             uffd = None;
         }
         let arena = Arc::new(arena);
+        let headroom = || crate::vm::mapping_headroom(MAP_MARGIN).map(MapBudget::new);
         let (reader, lanes, overlap) = match settings.overlap {
             None => {
                 let l = Lanes::new(settings.io_threads, files, Arc::clone(&arena));
@@ -68,6 +69,7 @@ impl Streamer {
                     settings.io_threads,
                     uffd,
                     abort,
+                    headroom().filter(|_| std::env::var(NO_RECYCLE_ENV).is_err()),
                 )
                 .map_err(SetupError::Lanes)?;
                 let (n, kind) = (o.lanes(), o.kind());
@@ -87,7 +89,7 @@ impl Streamer {
         let recycle = if uffd_overlap || std::env::var(NO_RECYCLE_ENV).is_ok_and(|v| v == "1") {
             None
         } else {
-            crate::vm::mapping_headroom(MAP_MARGIN).map(MapBudget::new)
+            headroom()
         };
         let streamer = Self {
             cache: ExpertCache::new(layout.n_expert, layout.entry_bytes(), settings.cache_bytes),

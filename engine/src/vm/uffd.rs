@@ -441,4 +441,161 @@ impl super::Arena {
         // move (the buffer reads back zeros afterwards, which its users expect).
         unsafe { uffd.install(dst, src.ptr.as_ptr() as usize + src_off, len) }
     }
+
+    /// Lends `len` bytes of whole pages at `src` (an evicted slice, inside the arena) to
+    /// `ring` at `off` (`mremap` with `MREMAP_DONTUNMAP`): the pages leave the arena — which
+    /// stays mapped and registered, so a touch of `src` faults to userfaultfd again — and wait
+    /// in the ring for a read, after which [`Self::install_ring`] moves them to their new place.
+    /// No page is freed, allocated or zeroed on the way.
+    pub fn lend(&self, src: usize, ring: &StagingRing, off: usize, len: usize) -> io::Result<()> {
+        self.check(src, len)?;
+        let dst = ring.addr(off, len)?;
+        if !src.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || len == 0 {
+            return Err(foreign(src, len));
+        }
+        // SAFETY: src..src+len is whole pages of a span this arena mapped private-anonymous
+        // (checked), whose contents no thread reads (an evicted slice); dst..dst+len is whole
+        // pages inside the ring's own mapping (checked), which MREMAP_FIXED replaces.
+        let p = unsafe {
+            libc::mremap(
+                src as *mut libc::c_void,
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
+                dst as *mut libc::c_void,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// [`Self::install`] from `ring` at `off` instead of a staging buffer.
+    pub fn install_ring(
+        &self,
+        uffd: &Userfault,
+        dst: usize,
+        ring: &StagingRing,
+        off: usize,
+        len: usize,
+    ) -> io::Result<usize> {
+        self.check(dst, len)?;
+        let src = ring.addr(off, len)?;
+        if !dst.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) {
+            return Err(foreign(dst, len));
+        }
+        // SAFETY: dst is inside the registered arena (checked); src is inside the ring, private
+        // anonymous memory whose slot only the calling lane uses for this job.
+        unsafe { uffd.install(dst, src, len) }
+    }
+}
+
+/// The lanes' staging area under userfaultfd: one slot per job of a batch. A slot holds an
+/// evicted slice's pages lent to it (or, where none was, pages faulted in by the read), the
+/// read lands there, and the install moves the pages to the expert they now belong to.
+#[derive(Debug)]
+pub struct StagingRing {
+    base: usize,
+    len: usize,
+}
+
+impl StagingRing {
+    /// Reserves `len` bytes (rounded up to pages) of address space, backed by memory only where
+    /// pages are lent or read.
+    pub fn new(len: usize) -> io::Result<Self> {
+        let len = len.max(PAGE).div_ceil(PAGE) * PAGE;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the mapping just made; the advice only changes its VMA flags.
+        unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+        Ok(Self {
+            base: p as usize,
+            len,
+        })
+    }
+
+    /// Its size in bytes.
+    pub fn capacity(&self) -> usize {
+        self.len
+    }
+
+    fn addr(&self, off: usize, len: usize) -> io::Result<usize> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.base + off),
+            _ => Err(foreign(self.base + off, len)),
+        }
+    }
+
+    /// Reads `len` bytes of `file` at `offset` into the slot at `off`, looping over short
+    /// reads; returns the bytes read (fewer at the end of the file).
+    pub fn read_into(
+        &self,
+        file: &std::fs::File,
+        off: usize,
+        len: usize,
+        offset: u64,
+    ) -> io::Result<usize> {
+        let addr = self.addr(off, len)?;
+        let mut done = 0usize;
+        while done < len {
+            let at = i64::try_from(offset + done as u64).map_err(|_| foreign(addr, len))?;
+            // SAFETY: [addr, addr+len) is inside the ring (checked); the slot belongs to the
+            // calling lane's job alone, and no Rust reference points into it.
+            let r = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    (addr + done) as *mut libc::c_void,
+                    len - done,
+                    at,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if r == 0 {
+                break;
+            }
+            done += r as usize;
+        }
+        Ok(done)
+    }
+
+    /// Fills `len` bytes of the slot at `off` with `byte` (zeroing past the end of the file,
+    /// 0xFF on a failed read or a poisoned job).
+    pub fn fill(&self, off: usize, len: usize, byte: u8) -> io::Result<()> {
+        let addr = self.addr(off, len)?;
+        // SAFETY: inside the ring (checked); the slot is the calling lane's alone.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, byte, len) };
+        Ok(())
+    }
+}
+
+// SAFETY: the ring is plain address space; lanes use disjoint slots of it (one per job).
+unsafe impl Send for StagingRing {}
+// SAFETY: as above: concurrent access is to disjoint slots only.
+unsafe impl Sync for StagingRing {}
+
+impl Drop for StagingRing {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new` (lent and moved pages included), unmapped once.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
 }

@@ -12,8 +12,8 @@
 use super::book::{FaultBook, SliceId};
 use crate::stream::io::{JobTiming, ReadError, ShardFile};
 use crate::stream::layout::ReadJob;
-use crate::vm::uffd::Userfault;
-use crate::vm::{Arena, StagingBuf};
+use crate::vm::Arena;
+use crate::vm::uffd::{StagingRing, Userfault};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -41,6 +41,19 @@ pub struct AsyncJob {
     pub proj: u8,
     /// What goes in.
     pub fill: Fill,
+    /// Under userfaultfd: the job's slot in the staging ring (byte offset).
+    pub slot: usize,
+}
+
+/// Pages an evicted slice lends to a job's ring slot before its read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lend {
+    /// The evicted pages (inside the arena).
+    pub src: usize,
+    /// Where in the ring they go.
+    pub ring_off: usize,
+    /// Bytes (whole pages).
+    pub len: usize,
 }
 
 #[derive(Default)]
@@ -53,6 +66,8 @@ struct Slot {
 /// One layer's reads.
 pub struct Batch {
     jobs: Vec<AsyncJob>,
+    /// Per job, the pages lent to its slot.
+    lends: Vec<Vec<Lend>>,
     next: AtomicUsize,
     done: AtomicUsize,
     group_left: Vec<AtomicUsize>,
@@ -96,6 +111,8 @@ pub enum Installer {
         uffd: Arc<Userfault>,
         /// The slices' states.
         book: Arc<Mutex<FaultBook>>,
+        /// The jobs' staging slots.
+        ring: Arc<StagingRing>,
     },
     /// Written in place (the staged overlap).
     InPlace,
@@ -183,7 +200,7 @@ impl Shared {
     }
 
     /// Reads (or poisons) one job's window and installs it; returns the bytes read.
-    fn execute(&self, job: &AsyncJob, staging: &mut StagingBuf) -> Result<u64, ReadError> {
+    fn execute(&self, job: &AsyncJob) -> Result<u64, ReadError> {
         let file = self.files.get(job.read.shard).ok_or_else(|| ReadError {
             path: "<no such shard>".into(),
             offset: job.read.offset,
@@ -193,32 +210,29 @@ impl Shared {
         })?;
         let poison = job.fill == Fill::Poison || self.failed();
         match &self.installer {
-            Installer::Uffd { uffd, book } => {
+            Installer::Uffd { uffd, book, ring } => {
+                let len = job.read.len.div_ceil(crate::vm::PAGE) * crate::vm::PAGE;
+                let io_err = |errno: i32| ReadError {
+                    path: file.path().to_path_buf(),
+                    offset: job.read.slice_offset,
+                    len: job.read.len,
+                    got: 0,
+                    errno: Some(errno),
+                };
                 let n = if poison {
-                    staging.as_mut_slice()[..job.read.len].fill(0xFF);
+                    ring.fill(job.slot, len, 0xFF)
+                        .map_err(|e| io_err(e.raw_os_error().unwrap_or(libc::EIO)))?;
                     0
                 } else {
-                    let n = file.read_to(staging.as_mut_slice(), &job.read)?;
+                    let n = file.read_to_ring(ring, job.slot, &job.read)?;
                     // past the file's end: bytes no tensor owns, but never stale ones
-                    staging.as_mut_slice()[n.min(job.read.len)..job.read.len].fill(0);
+                    ring.fill(job.slot + n.min(len), len - n.min(len), 0)
+                        .map_err(|e| io_err(e.raw_os_error().unwrap_or(libc::EIO)))?;
                     n
                 };
-                let installed = self.arena.install(
-                    uffd,
-                    job.read.addr,
-                    staging,
-                    0,
-                    job.read.len.div_ceil(4096) * 4096,
-                );
-                if let Err(e) = installed {
-                    return Err(ReadError {
-                        path: file.path().to_path_buf(),
-                        offset: job.read.slice_offset,
-                        len: job.read.len,
-                        got: 0,
-                        errno: Some(e.raw_os_error().unwrap_or(libc::EIO)),
-                    });
-                }
+                self.arena
+                    .install_ring(uffd, job.read.addr, ring, job.slot, len)
+                    .map_err(|e| io_err(e.raw_os_error().unwrap_or(libc::EIO)))?;
                 lock(book).installed(job.slice, Instant::now());
                 Ok(n as u64)
             }
@@ -234,25 +248,42 @@ impl Shared {
     }
 
     /// After a failure: the job's pages hold 0xFF so its waiters wake (the graph is aborting).
-    fn release_waiters(&self, job: &AsyncJob, staging: &mut StagingBuf) {
-        if let Installer::Uffd { uffd, book } = &self.installer {
-            staging.as_mut_slice()[..job.read.len].fill(0xFF);
-            let len = job.read.len.div_ceil(4096) * 4096;
-            let _ = self.arena.install(uffd, job.read.addr, staging, 0, len);
+    fn release_waiters(&self, job: &AsyncJob) {
+        if let Installer::Uffd { uffd, book, ring } = &self.installer {
+            let len = job.read.len.div_ceil(crate::vm::PAGE) * crate::vm::PAGE;
+            let _ = ring.fill(job.slot, len, 0xFF);
+            let _ = self
+                .arena
+                .install_ring(uffd, job.read.addr, ring, job.slot, len);
             lock(book).installed(job.slice, Instant::now());
         }
     }
 
-    fn drain(&self, batch: &Batch, lane: usize, staging: &mut StagingBuf) {
+    /// Takes the evicted pages lent to a job's slot (a failed move drops them instead).
+    fn take_lends(&self, lends: &[Lend]) {
+        let Installer::Uffd { ring, .. } = &self.installer else {
+            return;
+        };
+        for l in lends {
+            if self.arena.lend(l.src, ring, l.ring_off, l.len).is_err() {
+                let _ = self.arena.drop_pages(l.src, l.len);
+            }
+        }
+    }
+
+    fn drain(&self, batch: &Batch, lane: usize) {
         loop {
             let i = batch.next.fetch_add(1, Ordering::AcqRel);
             let Some(job) = batch.jobs.get(i) else { return };
             let t0 = Instant::now();
-            let got = match self.execute(job, staging) {
+            if let Some(l) = batch.lends.get(i) {
+                self.take_lends(l);
+            }
+            let got = match self.execute(job) {
                 Ok(n) => n,
                 Err(e) => {
                     self.fail(e);
-                    self.release_waiters(job, staging);
+                    self.release_waiters(job);
                     0
                 }
             };
@@ -282,15 +313,14 @@ pub struct AsyncLanes {
 }
 
 impl AsyncLanes {
-    /// Starts `n` lanes (1..=8), each with a staging buffer of `window` bytes.
-    pub fn start(n: usize, shared: Arc<Shared>, window: usize) -> std::io::Result<Self> {
+    /// Starts `n` lanes (1..=8).
+    pub fn start(n: usize, shared: Arc<Shared>) -> std::io::Result<Self> {
         let mut workers = Vec::new();
         for lane in 0..n.clamp(1, 8) {
-            let mut staging = StagingBuf::new(window)?;
             let s = Arc::clone(&shared);
             let h = std::thread::Builder::new()
                 .name(format!("bmoe-io-{lane}"))
-                .spawn(move || worker(&s, lane, &mut staging))?;
+                .spawn(move || worker(&s, lane))?;
             workers.push(h);
         }
         Ok(Self { shared, workers })
@@ -306,8 +336,15 @@ impl AsyncLanes {
         &self.shared
     }
 
-    /// Hands `jobs` (groups `0..n_groups`) to the lanes and returns at once.
-    pub fn submit(&self, jobs: Vec<AsyncJob>, n_groups: usize, timed: bool) -> Arc<Batch> {
+    /// Hands `jobs` (groups `0..n_groups`; `lends[j]` the pages lent to job `j`'s slot) to the
+    /// lanes and returns at once.
+    pub fn submit(
+        &self,
+        jobs: Vec<AsyncJob>,
+        lends: Vec<Vec<Lend>>,
+        n_groups: usize,
+        timed: bool,
+    ) -> Arc<Batch> {
         let mut left = vec![0usize; n_groups];
         for j in &jobs {
             if let Some(l) = left.get_mut(j.group) {
@@ -321,6 +358,7 @@ impl AsyncLanes {
         };
         let batch = Arc::new(Batch {
             jobs,
+            lends,
             next: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             group_left: left.into_iter().map(AtomicUsize::new).collect(),
@@ -363,7 +401,7 @@ impl AsyncLanes {
     }
 }
 
-fn worker(shared: &Shared, lane: usize, staging: &mut StagingBuf) {
+fn worker(shared: &Shared, lane: usize) {
     let mut seen = 0u64;
     loop {
         let batch = {
@@ -378,7 +416,7 @@ fn worker(shared: &Shared, lane: usize, staging: &mut StagingBuf) {
             st.batch.clone()
         };
         if let Some(b) = batch {
-            shared.drain(&b, lane, staging);
+            shared.drain(&b, lane);
         }
     }
 }

@@ -22,15 +22,16 @@ pub mod stall;
 
 use book::FaultBook;
 use handler::{Handler, SliceWindows};
-use lanes::{AsyncJob, AsyncLanes, Batch, Installer, Shared};
+use lanes::{AsyncJob, AsyncLanes, Batch, Installer, Lend, Shared};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::io::{JobTiming, ReadError, ShardFile};
 use super::layout::ExpertLayout;
-use crate::vm::Arena;
-use crate::vm::uffd::{Install, Userfault};
+use super::recycle::{self, MapBudget, PageRun};
+use crate::vm::uffd::{Install, StagingRing, Userfault};
+use crate::vm::{Arena, PAGE};
 
 /// Which overlap runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +70,10 @@ pub struct Overlap {
     /// Batches done since the io log was last taken, with the layer each served.
     finished: Vec<(usize, Arc<Batch>)>,
     current_layer: usize,
+    /// Userfaultfd: the mapping budget for lending evicted pages to the ring (`None` once spent
+    /// or refused: evicted pages are then dropped).
+    lend_budget: Option<MapBudget>,
+    ring_len: usize,
 }
 
 /// Counters of the overlap (cumulative).
@@ -86,7 +91,8 @@ pub struct OverlapStats {
 
 impl Overlap {
     /// Starts `n_lanes` lanes over `files` into `arena`: through `uffd` when given (the arena
-    /// already registered with it), staged otherwise. A failed read raises `abort`.
+    /// already registered with it), staged otherwise. A failed read raises `abort`; `budget`
+    /// bounds the mappings lending evicted pages may create.
     ///
     /// # Errors
     /// A thread or a staging buffer could not be made.
@@ -97,9 +103,18 @@ impl Overlap {
         n_lanes: usize,
         uffd: Option<Userfault>,
         abort: Arc<AtomicBool>,
+        budget: Option<MapBudget>,
     ) -> std::io::Result<Self> {
         let windows = SliceWindows::new(layout.tensors().cloned().collect());
-        let max_window = windows.max_window();
+        // one slot per job of the largest batch: every expert of the widest layer
+        let ring_len = layout
+            .layers
+            .iter()
+            .flatten()
+            .map(|l| l.tensors.iter().map(|t| t.stride + 2 * PAGE).sum::<usize>())
+            .max()
+            .unwrap_or(PAGE)
+            * layout.n_expert;
         let (kind, installer, book, uffd) = match uffd {
             Some(u) => {
                 let kind = OverlapKind::Uffd(u.install_kind());
@@ -108,13 +123,14 @@ impl Overlap {
                 let installer = Installer::Uffd {
                     uffd: Arc::clone(&u),
                     book: Arc::clone(&book),
+                    ring: Arc::new(StagingRing::new(ring_len)?),
                 };
                 (kind, installer, Some(book), Some(u))
             }
             None => (OverlapKind::Staged, Installer::InPlace, None, None),
         };
         let shared = Arc::new(Shared::new(files, arena, installer, abort));
-        let lanes = AsyncLanes::start(n_lanes, Arc::clone(&shared), max_window)?;
+        let lanes = AsyncLanes::start(n_lanes, Arc::clone(&shared))?;
         let handler = match (&uffd, &book) {
             (Some(u), Some(b)) => Some(Handler::start(
                 Arc::clone(u),
@@ -137,6 +153,8 @@ impl Overlap {
             timed: false,
             finished: Vec::new(),
             current_layer: 0,
+            lend_budget: budget.filter(|_| matches!(kind, OverlapKind::Uffd(_))),
+            ring_len,
         })
     }
 
@@ -172,15 +190,71 @@ impl Overlap {
     }
 
     /// Hands a layer's jobs (groups `0..n_groups`, in consumption order) to the lanes; the
-    /// previous batch is drained first.
-    pub fn submit(&mut self, layer: usize, jobs: Vec<AsyncJob>, n_groups: usize) {
+    /// previous batch is drained first. Under userfaultfd each job gets a slot in the staging
+    /// ring, and the pages of the evicted slices (`donors`) are lent to the slots as far as they
+    /// and the mapping budget go (the rest are dropped), so reads land in pages that already
+    /// exist instead of freshly allocated, zeroed ones.
+    pub fn submit(
+        &mut self,
+        layer: usize,
+        mut jobs: Vec<AsyncJob>,
+        donors: &[PageRun],
+        n_groups: usize,
+    ) {
         self.drain();
+        let mut lends = vec![Vec::new(); jobs.len()];
+        if matches!(self.kind, OverlapKind::Uffd(_)) {
+            self.plan_lends(&mut jobs, donors, &mut lends);
+        }
         if jobs.is_empty() {
             return;
         }
         self.current_layer = layer;
         self.waited = 0;
-        self.current = Some(self.lanes.submit(jobs, n_groups, self.timed));
+        self.current = Some(self.lanes.submit(jobs, lends, n_groups, self.timed));
+    }
+
+    /// Gives every job a ring slot and plans which donor pages fill which slot; donor pages no
+    /// slot takes are dropped now.
+    fn plan_lends(&mut self, jobs: &mut [AsyncJob], donors: &[PageRun], lends: &mut [Vec<Lend>]) {
+        let mut off = 0usize;
+        let mut slots = Vec::with_capacity(jobs.len());
+        for j in jobs.iter_mut() {
+            let len = j.read.len.div_ceil(PAGE) * PAGE;
+            if off + len > self.ring_len {
+                // more jobs than the ring was sized for cannot happen (one per expert slice);
+                // wrap rather than overrun, after the slots before are drained
+                off = 0;
+            }
+            j.slot = off;
+            slots.push(PageRun { addr: off, len });
+            off += len;
+        }
+        let arena = &self.lanes.shared().arena;
+        let leftover = match self.lend_budget.as_mut() {
+            Some(budget) => {
+                let plan = recycle::plan(donors, &slots, budget);
+                for m in &plan.moves {
+                    // a move's destination is a slot offset: find its job
+                    if let Some(i) = slots
+                        .iter()
+                        .position(|s| m.dst >= s.addr && m.dst < s.addr + s.len)
+                    {
+                        lends[i].push(Lend {
+                            src: m.src,
+                            ring_off: m.dst,
+                            len: m.len,
+                        });
+                    }
+                }
+                plan.leftover
+            }
+            None => donors.to_vec(),
+        };
+        for r in leftover {
+            // a failed madvise only leaves memory resident; correctness is unaffected
+            let _ = arena.drop_pages(r.addr, r.len);
+        }
     }
 
     /// Staged: waits until the current batch's groups up to `group` are in (a no-op under
