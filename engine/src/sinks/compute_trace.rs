@@ -27,11 +27,7 @@ impl ComputeTraceWriter {
         granularity: Granularity,
     ) -> Result<Self, SinkError> {
         let flag = granularity.flag();
-        let writer = TraceWriter::create(path, info).map_err(|source| SinkError::Create {
-            flag,
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        })?;
+        let writer = TraceWriter::create(path, info).map_err(SinkError::creating(flag, path))?;
         Ok(Self {
             writer,
             flag,
@@ -44,11 +40,7 @@ impl ComputeTraceWriter {
     /// # Errors
     /// [`SinkError::Write`] naming the file (the trace stops there).
     pub fn write_decode(&mut self, rows: &[ComputeRow]) -> Result<(), SinkError> {
-        let err = |source| SinkError::Write {
-            flag: self.flag,
-            path: self.path.clone(),
-            source: Box::new(source),
-        };
+        let err = SinkError::writing(self.flag, &self.path);
         for row in rows {
             self.writer.write_row(row).map_err(err)?;
         }

@@ -340,11 +340,7 @@ impl CsvSink {
     /// # Errors
     /// [`SinkError::Create`] naming the file.
     pub fn create(path: &Path, info: &RunInfo) -> Result<Self, SinkError> {
-        let writer = MetricsWriter::create(path, info).map_err(|source| SinkError::Create {
-            flag: FLAG,
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        })?;
+        let writer = MetricsWriter::create(path, info).map_err(SinkError::creating(FLAG, path))?;
         Ok(Self {
             writer,
             path: path.to_path_buf(),
@@ -372,11 +368,7 @@ impl CsvSink {
     }
 
     fn write_error(&self, source: bmoe_telemetry::Error) -> SinkError {
-        SinkError::Write {
-            flag: FLAG,
-            path: self.path.clone(),
-            source: Box::new(source),
-        }
+        SinkError::writing(FLAG, &self.path)(source)
     }
 }
 

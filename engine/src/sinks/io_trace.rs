@@ -25,11 +25,7 @@ impl IoTraceWriter {
     /// # Errors
     /// [`SinkError::Create`] naming the file.
     pub fn create(path: &Path, info: &DecodeTraceInfo) -> Result<Self, SinkError> {
-        let writer = TraceWriter::create(path, info).map_err(|source| SinkError::Create {
-            flag: FLAG,
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        })?;
+        let writer = TraceWriter::create(path, info).map_err(SinkError::creating(FLAG, path))?;
         Ok(Self {
             writer,
             path: path.to_path_buf(),
@@ -47,11 +43,7 @@ impl IoTraceWriter {
         step: i64,
         reads: &[IoRecord],
     ) -> Result<(), SinkError> {
-        let err = |source| SinkError::Write {
-            flag: FLAG,
-            path: self.path.clone(),
-            source: Box::new(source),
-        };
+        let err = SinkError::writing(FLAG, &self.path);
         for r in reads {
             let row = IoRow {
                 turn,

@@ -46,6 +46,30 @@ pub enum SinkError {
 }
 
 impl SinkError {
+    /// The error of a writer that could not be created at `path` (for `map_err`).
+    pub fn creating(
+        flag: &'static str,
+        path: &Path,
+    ) -> impl Fn(bmoe_telemetry::Error) -> Self + Copy {
+        move |source| SinkError::Create {
+            flag,
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The error of a write to `path` that failed (for `map_err`).
+    pub fn writing(
+        flag: &'static str,
+        path: &Path,
+    ) -> impl Fn(bmoe_telemetry::Error) -> Self + Copy {
+        move |source| SinkError::Write {
+            flag,
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        }
+    }
+
     /// What to do about it.
     pub fn hint(&self) -> String {
         match self {

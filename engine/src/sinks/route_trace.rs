@@ -23,11 +23,7 @@ impl RouteTraceWriter {
     /// # Errors
     /// [`SinkError::Create`] naming the file.
     pub fn create(path: &Path, info: &RouteTraceInfo) -> Result<Self, SinkError> {
-        let writer = TraceWriter::create(path, info).map_err(|source| SinkError::Create {
-            flag: FLAG,
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        })?;
+        let writer = TraceWriter::create(path, info).map_err(SinkError::creating(FLAG, path))?;
         Ok(Self {
             writer,
             path: path.to_path_buf(),
@@ -39,11 +35,7 @@ impl RouteTraceWriter {
     /// # Errors
     /// [`SinkError::Write`] naming the file (the trace stops there).
     pub fn write_decode(&mut self, rows: &[RouteRow]) -> Result<(), SinkError> {
-        let err = |source| SinkError::Write {
-            flag: FLAG,
-            path: self.path.clone(),
-            source: Box::new(source),
-        };
+        let err = SinkError::writing(FLAG, &self.path);
         for row in rows {
             self.writer.write_row(row).map_err(err)?;
         }

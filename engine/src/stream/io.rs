@@ -169,38 +169,6 @@ pub enum DirectRefusal {
 }
 
 impl ShardFile {
-    /// Reads `job`'s window into the start of `buf` (a staging buffer, page aligned so that
-    /// O_DIRECT accepts it), looping over short reads; at least the slice must arrive.
-    pub(crate) fn read_to(&self, buf: &mut [u8], job: &ReadJob) -> Result<usize, ReadError> {
-        let file = self.direct.as_ref().unwrap_or(&self.buffered);
-        let lead = (job.slice_offset - job.offset) as usize;
-        let err = |got: usize, errno: Option<i32>| ReadError {
-            path: self.path.clone(),
-            offset: job.slice_offset,
-            len: job.need - lead,
-            got,
-            errno,
-        };
-        let Some(dst) = buf.get_mut(..job.len) else {
-            return Err(err(0, Some(libc::EINVAL)));
-        };
-        let mut done = 0;
-        while done < job.len {
-            match file.read_at(&mut dst[done..], job.offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(err(0, Some(e.raw_os_error().unwrap_or(libc::EIO)))),
-            }
-        }
-        if done < job.need {
-            return Err(err(done.saturating_sub(lead), None));
-        }
-        Ok(done)
-    }
-}
-
-impl ShardFile {
     /// Reads `job`'s window into the ring slot at `slot` (page aligned, so O_DIRECT accepts
     /// it); at least the slice must arrive.
     pub(crate) fn read_to_ring(

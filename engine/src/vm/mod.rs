@@ -14,6 +14,39 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
+/// `pread` into `[addr, addr+len)` until `len` bytes or the end of the file (short reads and
+/// interruptions resumed); the bytes read.
+///
+/// # Safety
+/// `[addr, addr+len)` must be writable memory the caller owns, with no Rust reference into it.
+unsafe fn pread_all(file: &File, addr: usize, len: usize, offset: u64) -> io::Result<usize> {
+    let mut done = 0usize;
+    while done < len {
+        let off = i64::try_from(offset + done as u64).map_err(|_| foreign(addr, len))?;
+        // SAFETY: as the caller guarantees; the kernel writes into the range directly.
+        let r = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                (addr + done) as *mut libc::c_void,
+                len - done,
+                off,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            break;
+        }
+        done += r as usize;
+    }
+    Ok(done)
+}
+
 /// The page size the arena rounds to.
 pub const PAGE: usize = 4096;
 
@@ -125,33 +158,9 @@ impl Arena {
         offset: u64,
     ) -> io::Result<usize> {
         self.check(addr, len)?;
-        let mut done = 0usize;
-        while done < len {
-            let off = i64::try_from(offset + done as u64).map_err(|_| foreign(addr, len))?;
-            // SAFETY: [addr, addr+len) lies inside a span we mapped read-write (checked above);
-            // the kernel writes into it directly, no Rust reference to that memory exists, and
-            // no graph computes while expert reads run.
-            let r = unsafe {
-                libc::pread(
-                    file.as_raw_fd(),
-                    (addr + done) as *mut libc::c_void,
-                    len - done,
-                    off,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if r == 0 {
-                break;
-            }
-            done += r as usize;
-        }
-        Ok(done)
+        // SAFETY: [addr, addr+len) lies inside a span we mapped read-write (checked above); no
+        // Rust reference to that memory exists, and no graph reads the slice while it is read.
+        unsafe { pread_all(file, addr, len, offset) }
     }
 
     /// Releases the whole pages inside `[addr, addr+len)` (rounded inward, so a page shared
@@ -299,60 +308,6 @@ pub fn mapping_headroom(margin: usize) -> Option<usize> {
         .filter(|&&b| b == b'\n')
         .count();
     Some(max.saturating_sub(used).saturating_sub(margin))
-}
-
-/// A page-aligned private anonymous buffer a read lane reads into before userfaultfd installs
-/// its pages in the arena. Installing may move the pages away; the buffer then reads back as
-/// zeros until the next read refills it.
-pub struct StagingBuf {
-    ptr: std::ptr::NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the buffer is plain memory owned by one lane at a time (moved into its thread).
-unsafe impl Send for StagingBuf {}
-
-impl StagingBuf {
-    /// A buffer of at least `len` bytes (rounded up to pages), never backed by huge pages.
-    pub fn new(len: usize) -> io::Result<Self> {
-        let len = len.max(PAGE).div_ceil(PAGE) * PAGE;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the mapping just made; the advice only changes its VMA flags.
-        unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
-        let ptr = std::ptr::NonNull::new(p.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
-        Ok(Self { ptr, len })
-    }
-
-    /// Its size in bytes.
-    pub fn capacity(&self) -> usize {
-        self.len
-    }
-
-    /// The bytes.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: ptr is a live mapping of len bytes owned by self.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for StagingBuf {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
 }
 
 /// A page-aligned heap buffer (for O_DIRECT probes).

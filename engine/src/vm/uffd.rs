@@ -7,7 +7,7 @@
 //! interface (`linux/userfaultfd.h`, whose constants are spelled out below because the libc
 //! crate does not carry the newer ones).
 
-use super::{PAGE, StagingBuf, foreign};
+use super::{PAGE, foreign};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -203,10 +203,37 @@ impl Userfault {
     /// longer reads (with [`Install::Move`] its pages leave it); `dst..dst+len` must lie in a
     /// range registered with this descriptor.
     pub unsafe fn install(&self, dst: usize, src: usize, len: usize) -> io::Result<usize> {
-        let (req, kind) = match self.install {
-            Install::Move => (UFFDIO_MOVE, self.install),
-            Install::Copy => (UFFDIO_COPY, self.install),
+        let req = match self.install {
+            Install::Move => UFFDIO_MOVE,
+            Install::Copy => UFFDIO_COPY,
         };
+        // SAFETY: the caller guarantees both ranges (see the function's safety section).
+        match unsafe { self.fill(req, dst, src, len) } {
+            Ok(n) => Ok(n),
+            // a page the move cannot take (e.g. shared): copy the rest instead
+            Err((done, _)) if req == UFFDIO_MOVE => {
+                // SAFETY: the same ranges, from where the move stopped.
+                unsafe { self.fill(UFFDIO_COPY, dst + done, src + done, len - done) }
+                    .map(|n| done + n)
+                    .map_err(|(_, e)| e)
+            }
+            Err((_, e)) => Err(e),
+        }
+    }
+
+    /// Runs a `UFFDIO_MOVE` / `UFFDIO_COPY` over the whole range: a page already present is
+    /// skipped, an interrupted call resumed. Returns the bytes installed, or where it stopped
+    /// (bytes the range was done to) and why.
+    ///
+    /// # Safety
+    /// As [`Self::install`].
+    unsafe fn fill(
+        &self,
+        req: libc::c_ulong,
+        dst: usize,
+        src: usize,
+        len: usize,
+    ) -> Result<usize, (usize, io::Error)> {
         let mut installed = 0usize;
         let mut at = 0usize;
         while at < len {
@@ -217,16 +244,15 @@ impl Userfault {
                 mode: 0,
                 done: 0,
             };
-            // SAFETY: the caller guarantees both ranges (see the function's safety section).
+            // SAFETY: as the caller guarantees.
             let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), req, &mut f) };
-            let done = usize::try_from(f.done.max(0)).unwrap_or(0);
             if rc == 0 {
-                installed += len - at;
-                break;
+                return Ok(installed + len - at);
             }
+            let done = usize::try_from(f.done.max(0)).unwrap_or(0);
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
-                // part moved, then a present page: skip that page and go on
+                // part done, then a present page: skip that page and go on
                 Some(libc::EEXIST) => {
                     installed += done;
                     at += done + PAGE;
@@ -236,52 +262,7 @@ impl Userfault {
                     installed += done;
                     at += done;
                 }
-                _ if kind == Install::Move => {
-                    // a page the move cannot take (e.g. shared): copy the rest instead
-                    // SAFETY: same ranges as above.
-                    return unsafe {
-                        self.copy_rest(dst + at + done, src + at + done, len - at - done)
-                    }
-                    .map(|n| installed + done + n);
-                }
-                _ => return Err(err),
-            }
-        }
-        Ok(installed)
-    }
-
-    /// `UFFDIO_COPY` of the rest of a range a move could not take.
-    ///
-    /// # Safety
-    /// As [`Self::install`].
-    unsafe fn copy_rest(&self, dst: usize, src: usize, len: usize) -> io::Result<usize> {
-        let mut installed = 0;
-        let mut at = 0;
-        while at < len {
-            let mut f = UffdioFill {
-                dst: (dst + at) as u64,
-                src: (src + at) as u64,
-                len: (len - at) as u64,
-                mode: 0,
-                done: 0,
-            };
-            // SAFETY: as the caller guarantees.
-            let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), UFFDIO_COPY, &mut f) };
-            let done = usize::try_from(f.done.max(0)).unwrap_or(0);
-            if rc == 0 {
-                return Ok(installed + len - at);
-            }
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EEXIST) => {
-                    installed += done;
-                    at += done + PAGE;
-                }
-                Some(libc::EAGAIN) | Some(libc::EINTR) => {
-                    installed += done;
-                    at += done;
-                }
-                _ => return Err(err),
+                _ => return Err((at + done, err)),
             }
         }
         Ok(installed)
@@ -418,30 +399,6 @@ impl super::Arena {
         }
     }
 
-    /// Installs `len` bytes of `src` (from `src_off`) at `dst`, page aligned and inside the
-    /// arena, through `uffd`; pages already present are left as they are. Returns the bytes
-    /// installed.
-    pub fn install(
-        &self,
-        uffd: &Userfault,
-        dst: usize,
-        src: &mut StagingBuf,
-        src_off: usize,
-        len: usize,
-    ) -> io::Result<usize> {
-        self.check(dst, len)?;
-        let aligned = |x: usize| x.is_multiple_of(PAGE);
-        let fits = src_off.checked_add(len).is_some_and(|e| e <= src.len);
-        if !fits || !aligned(dst) || !aligned(len) || !aligned(src_off) {
-            return Err(foreign(dst, len));
-        }
-        // SAFETY: dst..dst+len is inside the arena (checked), whose spans are registered with
-        // `uffd` whenever an arena installs through it; src is a private anonymous mapping the
-        // staging buffer owns (bounds checked), and `&mut` guarantees no reader while its pages
-        // move (the buffer reads back zeros afterwards, which its users expect).
-        unsafe { uffd.install(dst, src.ptr.as_ptr() as usize + src_off, len) }
-    }
-
     /// Lends `len` bytes of whole pages at `src` (an evicted slice, inside the arena) to
     /// `ring` at `off` (`mremap` with `MREMAP_DONTUNMAP`): the pages leave the arena — which
     /// stays mapped and registered, so a touch of `src` faults to userfaultfd again — and wait
@@ -550,32 +507,9 @@ impl StagingRing {
         offset: u64,
     ) -> io::Result<usize> {
         let addr = self.addr(off, len)?;
-        let mut done = 0usize;
-        while done < len {
-            let at = i64::try_from(offset + done as u64).map_err(|_| foreign(addr, len))?;
-            // SAFETY: [addr, addr+len) is inside the ring (checked); the slot belongs to the
-            // calling lane's job alone, and no Rust reference points into it.
-            let r = unsafe {
-                libc::pread(
-                    file.as_raw_fd(),
-                    (addr + done) as *mut libc::c_void,
-                    len - done,
-                    at,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if r == 0 {
-                break;
-            }
-            done += r as usize;
-        }
-        Ok(done)
+        // SAFETY: [addr, addr+len) is inside the ring (checked); the slot belongs to the calling
+        // lane's job alone, and no Rust reference points into it.
+        unsafe { super::pread_all(file, addr, len, offset) }
     }
 
     /// Fills `len` bytes of the slot at `off` with `byte` (zeroing past the end of the file,

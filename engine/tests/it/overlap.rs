@@ -5,6 +5,7 @@
 //! session mode.
 
 use crate::gates::{PROMPT, assert_identical, cli, models, resident_args, run, trace, trace_full};
+use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
 use bmoe_telemetry::metrics::MetricsFile;
 use bmoe_telemetry::summary::PerfReport;
 use std::path::Path;
@@ -99,6 +100,27 @@ fn overlap_covers_every_quant_the_split_model_and_every_architecture() {
             &[
                 &["--moe-stream"],
                 &["--moe-stream", "--cache-mb", "1", "--io-threads", "1"],
+            ],
+        );
+    }
+}
+
+#[test]
+fn overlap_streams_tensors_that_share_pages_with_their_neighbours() {
+    // real GGUF files align tensors to 32 bytes: expert tensors then share their first and last
+    // pages with neighbouring tensors, which userfaultfd must never see as missing or install
+    // over (the refill writes those pages whole)
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    for preset in [Preset::Tiny, Preset::GptOssTiny] {
+        let mut o = SynthOptions::preset(preset);
+        o.alignment = 32;
+        let path = dir.path().join(format!("{preset:?}-a32.gguf"));
+        let model = write_model(&o, &path).expect("synthesise").paths[0].clone();
+        assert_overlap_identical(
+            &model,
+            &[
+                &["--moe-stream"],
+                &["--moe-stream", "--cache-mb", "1", "--no-odirect"],
             ],
         );
     }

@@ -6,8 +6,7 @@
 use super::book::{FaultBook, FaultKind, SliceId};
 use super::lanes::Shared;
 use crate::stream::layout::{ExpertTensor, ReadJob};
-use crate::vm::StagingBuf;
-use crate::vm::uffd::{Fault, Userfault};
+use crate::vm::uffd::{Fault, StagingRing, Userfault};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -64,11 +63,11 @@ impl Handler {
         windows: SliceWindows,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let mut staging = StagingBuf::new(windows.max_window())?;
+        let staging = StagingRing::new(windows.max_window())?;
         let s = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("bmoe-faults".into())
-            .spawn(move || run(&uffd, &book, &shared, &windows, &mut staging, &s))?;
+            .spawn(move || run(&uffd, &book, &shared, &windows, &staging, &s))?;
         Ok(Self {
             stop,
             thread: Some(thread),
@@ -81,7 +80,7 @@ fn run(
     book: &Mutex<FaultBook>,
     shared: &Shared,
     windows: &SliceWindows,
-    staging: &mut StagingBuf,
+    staging: &StagingRing,
     stop: &AtomicBool,
 ) {
     let mut faults: Vec<Fault> = Vec::new();
@@ -119,7 +118,7 @@ fn serve(
     book: &Mutex<FaultBook>,
     shared: &Shared,
     windows: &SliceWindows,
-    staging: &mut StagingBuf,
+    staging: &StagingRing,
     s: SliceId,
 ) {
     let Some(job) = windows.window(s) else { return };
@@ -127,16 +126,16 @@ fn serve(
     let read = shared
         .files
         .get(job.shard)
-        .map(|f| f.read_to(staging.as_mut_slice(), &job));
-    match read {
-        Some(Ok(n)) => staging.as_mut_slice()[n.min(job.len)..len].fill(0),
+        .map(|f| f.read_to_ring(staging, 0, &job));
+    let _ = match read {
+        Some(Ok(n)) => staging.fill(n.min(len), len - n.min(len), 0),
         Some(Err(e)) => {
             shared.fail(e);
-            staging.as_mut_slice()[..len].fill(0xFF);
+            staging.fill(0, len, 0xFF)
         }
-        None => staging.as_mut_slice()[..len].fill(0xFF),
-    }
-    let _ = shared.arena.install(uffd, job.addr, staging, 0, len);
+        None => staging.fill(0, len, 0xFF),
+    };
+    let _ = shared.arena.install_ring(uffd, job.addr, staging, 0, len);
     book.lock()
         .unwrap_or_else(|p| p.into_inner())
         .installed(s, Instant::now());
