@@ -439,6 +439,61 @@ fn any_size_draws_without_panicking() {
 }
 
 #[test]
+fn an_unreadable_csv_row_is_named_by_its_file_line() {
+    // The drops file has a preamble of several `#` lines before its header: a row's number and
+    // its file line differ, and the panel must name the file line (as bmoe-analyze does).
+    let dir = tempfile::tempdir().unwrap();
+    let path = drops_csv(dir.path());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let header = lines.iter().position(|l| l.starts_with("step,")).unwrap();
+    assert!(
+        header >= 3,
+        "the preamble must be long enough to matter: {text}"
+    );
+    // Row 15 becomes unreadable; it sits on file line header + 1 + 15 (1-based).
+    let bad = header + 15;
+    let broken = lines[bad].replacen(|c: char| c.is_ascii_digit(), "x", 1);
+    lines[bad] = &broken;
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let want_line = (bad + 1) as u64;
+    assert_ne!(want_line, 15);
+
+    let events = replay::load(&path).unwrap();
+    let malformed: Vec<(u64, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Malformed { line, reason } => Some((*line, reason.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(malformed.len(), 1, "{malformed:?}");
+    assert_eq!(malformed[0].0, want_line, "{malformed:?}");
+    assert!(
+        malformed[0].1.starts_with("row unreadable"),
+        "{malformed:?}"
+    );
+    let tokens = events
+        .iter()
+        .filter(|e| matches!(e, Event::Token(..)))
+        .count();
+    assert_eq!(tokens, 14, "the rows before the bad one still replay");
+
+    let mut app = App::new(SourceKind::Replay, "replay drops.csv", RunConfig::default());
+    for e in events {
+        app.push(e);
+    }
+    app.seek_tokens(usize::MAX);
+    let screen = render(&app, 100, 30);
+    assert!(
+        screen.contains(&format!(
+            "1 malformed ignored (line {want_line}: row unreadable"
+        )),
+        "{screen}"
+    );
+}
+
+#[test]
 fn help_popup_and_focus() {
     let mut app = live(SERIAL_CMD, &end_of_run_lines());
     app.help = true;
