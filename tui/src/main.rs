@@ -116,6 +116,17 @@ fn run() -> Result<()> {
             "--session drives an engine session, but the command after `--` has no `--session` flag\nhint: bmoe-top --session -- bmoe-cli -m model.gguf --session"
         );
     }
+    // Said before the stdout check: with neither a source nor a pipe, how to give one is what
+    // the user needs first.
+    if cli.replay.is_none() && cli.command.is_empty() && std::io::stdin().is_terminal() {
+        bail!(
+            "nothing to show: no --replay file, no command after `--`, and stdin is a terminal\n\
+             hint: give bmoe-top one of three sources:\n\
+             \x20 bmoe-top --replay run.csv                   replay a recorded metrics CSV\n\
+             \x20 bmoe-top -- bmoe-cli -m model.gguf -p …     spawn the engine and watch it\n\
+             \x20 bmoe-cli … --progress | bmoe-top            read the engine's protocol from a pipe"
+        );
+    }
     // A replay file is read before anything touches the terminal, so a wrong path or a file
     // that is not a metrics CSV is reported as such even when stdout is not a terminal.
     let replay_events = match &cli.replay {
@@ -178,11 +189,6 @@ fn run() -> Result<()> {
         app.child_alive = true;
         app
     } else {
-        if std::io::stdin().is_terminal() {
-            bail!(
-                "nothing to show: no --replay file, no command after `--`, and stdin is a terminal\nhint: bmoe-top --replay run.csv | bmoe-top -- bmoe-cli … --progress | bmoe-cli … --progress | bmoe-top"
-            );
-        }
         source::stdin(&tx);
         App::new(SourceKind::Stdin, "stdin", base_config(&cli))
     };

@@ -208,6 +208,36 @@ fn replay_in_a_real_terminal_pauses_steps_seeks_and_quits() {
     t.wait_for("clean exit", |s| s.contains("EXIT=0"));
 }
 
+#[test]
+fn without_a_source_the_three_ways_are_listed_one_per_line() {
+    // stdin and stdout are the pane's terminal: no pipe, no --replay, no command.
+    let Some(t) = Tmux::start(bin(), 100, 24) else {
+        return;
+    };
+    let s = t.wait_for("exit with the hint", |s| s.contains("EXIT=1"));
+    let lines: Vec<&str> = s.lines().map(str::trim_end).collect();
+    let at = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{s}"))
+    };
+    let hint = at("hint: give bmoe-top one of three sources:");
+    let replay = at("  bmoe-top --replay run.csv ");
+    let spawn = at("  bmoe-top -- bmoe-cli ");
+    let pipe = at("  bmoe-cli … --progress | bmoe-top ");
+    assert_eq!(
+        (replay, spawn, pipe),
+        (hint + 1, hint + 2, hint + 3),
+        "one way per line, under the hint:\n{s}"
+    );
+    // Not one line that reads as a shell pipeline of three programs.
+    assert!(
+        !lines.iter().any(|l| l.contains("run.csv | bmoe-top")),
+        "{s}"
+    );
+}
+
 fn progress_line(i: u64, n: u64, text: &str) -> String {
     Progress {
         step: i,
