@@ -49,7 +49,7 @@ enum ColorArg {
 #[command(
     name = "bmoe-top",
     version,
-    after_help = "Keys: q quit · space pause · ←/→ step while paused · [ ] seek · +/- speed · t focus · ? help"
+    after_help = "Keys: q / F10 / Esc quit · space pause · ←/→ step while paused · [ ] seek · +/- speed · t focus · ? / F1 help\nSession keys (--session): Enter send · Esc cancel · F1 (or ? on an empty prompt) help · F10 / Ctrl-D quit"
 )]
 struct Cli {
     /// Replay a metrics CSV written by `bmoe-cli --csv`.
@@ -398,7 +398,7 @@ fn handle(
         }
         Msg::Term(ev) => {
             let action = if app.kind == SourceKind::Session {
-                keys::map_session(&ev, app.help)
+                keys::map_session(&ev, app.help, app.composer.input.is_empty())
             } else {
                 keys::map(&ev)
             };

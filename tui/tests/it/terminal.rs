@@ -666,3 +666,70 @@ fn session_with_the_real_engine_answers_cancels_and_continues() {
     turns.dedup();
     assert_eq!(turns.len(), 3, "turns in the CSV: {turns:?}");
 }
+
+#[test]
+fn f1_and_question_mark_open_help_esc_closes_it_then_quits_and_f10_quits() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_csv(dir.path(), 10);
+    let cmd = format!("{} --replay {} --paused", bin(), csv.display());
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    t.wait_for("first frame", |s| s.contains("token 0/10"));
+    t.keys(&["F1"]);
+    let s = t.wait_for("help by F1", |s| s.contains("pause / resume"));
+    assert!(s.contains("q  F10  Esc"), "{s}");
+    t.keys(&["Escape"]);
+    let s = t.wait_for("help closed by Esc", |s| !s.contains("pause / resume"));
+    assert!(
+        !s.contains("EXIT="),
+        "the first Esc only closes the help: {s}"
+    );
+    t.keys(&["?"]);
+    t.wait_for("help by ?", |s| s.contains("pause / resume"));
+    t.keys(&["F1"]);
+    t.wait_for("help closed by F1", |s| !s.contains("pause / resume"));
+    t.keys(&["Escape"]);
+    t.wait_for("Esc quits", |s| s.contains("EXIT=0"));
+
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    t.wait_for("first frame", |s| s.contains("token 0/10"));
+    t.keys(&["F10"]);
+    t.wait_for("F10 quits", |s| s.contains("EXIT=0"));
+}
+
+#[test]
+fn session_help_keys_leave_question_marks_in_prompts() {
+    // A stand-in session engine: announces nothing and reads requests until stdin closes.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("engine.sh");
+    std::fs::write(&script, "cat > /dev/null\n").unwrap();
+    let cmd = format!("{} --session -- sh {} --session", bin(), script.display());
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    t.wait_for("prompt line", |s| s.contains("F1 help"));
+    t.keys(&["?"]);
+    let s = t.wait_for("help by ? on an empty prompt", |s| {
+        s.contains("send the prompt")
+    });
+    assert!(s.contains("Ctrl-D  F10"), "{s}");
+    t.keys(&["?"]);
+    t.wait_for("help closed by ?", |s| !s.contains("send the prompt"));
+    t.keys(&["F1"]);
+    t.wait_for("help by F1", |s| s.contains("send the prompt"));
+    t.keys(&["Escape"]);
+    t.wait_for("help closed by Esc", |s| !s.contains("send the prompt"));
+    let ok = Command::new("tmux")
+        .args(["-L", &t.socket, "send-keys", "-t", "t", "-l", "why?"])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let s = t.wait_for("? typed inside a prompt", |s| s.contains(" › why?█"));
+    assert!(!s.contains("send the prompt"), "{s}");
+    t.keys(&["F10"]);
+    t.wait_for("F10 quits a session", |s| s.contains("EXIT=0"));
+}
