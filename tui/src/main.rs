@@ -383,7 +383,13 @@ fn handle(
                 app.push(e);
             }
         }
-        Msg::Stderr(l) => app.push(Event::Log(l)),
+        Msg::Stderr(l) => {
+            // The engine's own statement of its lanes and overlap outranks the argv's.
+            if let Some(c) = bmoe_top::decode::stderr_facts(&l) {
+                app.push(Event::Config(c));
+            }
+            app.push(Event::Log(l));
+        }
         Msg::Eof(why) => {
             for e in decoder.finish() {
                 app.push(e);

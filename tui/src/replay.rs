@@ -61,6 +61,12 @@ pub fn trailer_to_summary(t: &SummaryTrailer) -> RunSummary {
         compute_s_tok: f("compute_s/tok"),
         majflt_tok: f("majflt/tok"),
         read_mib: f("read_MiB"),
+        read_mib_tok: f("read_MiB")
+            .zip(u("tokens").filter(|n| *n > 0))
+            .map(|(r, n)| r / n as f64),
+        mib_s: f("read_MiB")
+            .zip(f("io_s").filter(|s| *s > 0.0))
+            .map(|(r, s)| r / s),
         cache_hit_pct: f("cache_hit_pct").filter(|h| *h >= 0.0),
         cache_resident_mib: f("cache_resident_MiB"),
         cache_budget_mib: f("cache_budget_MiB"),

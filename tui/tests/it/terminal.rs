@@ -733,3 +733,112 @@ fn session_help_keys_leave_question_marks_in_prompts() {
     t.keys(&["F10"]);
     t.wait_for("F10 quits a session", |s| s.contains("EXIT=0"));
 }
+
+/// The panel's `flash <MiB> MiB/tok · <MiB/s> MiB/s` figures, read off a screen.
+fn flash_figures(screen: &str) -> Option<(f64, f64)> {
+    let line = screen
+        .lines()
+        .find(|l| l.trim_start().starts_with("flash ") && l.contains("MiB/tok"))?;
+    let mut w = line.split_whitespace();
+    w.next();
+    let read = w.next()?.parse().ok()?;
+    w.next(); // MiB/tok
+    w.next(); // ·
+    let bw = w.next()?.parse().ok()?;
+    Some((read, bw))
+}
+
+/// The engine's own `moe-stream:` figures (`MiB/token` and `MiB/s`), read off the run pane,
+/// which shows the end-of-run lines as printed (wrapped at word boundaries).
+fn engine_moe_stream(screen: &str) -> (f64, f64) {
+    let pane: Vec<String> = screen
+        .lines()
+        .filter_map(|l| {
+            let start = l.find('│')? + '│'.len_utf8();
+            let end = start + l[start..].find('│')?;
+            Some(l[start..end].trim_end().to_string())
+        })
+        .collect();
+    let text = pane.join(" ");
+    let at = text
+        .find("moe-stream: read")
+        .unwrap_or_else(|| panic!("no moe-stream line in the run pane:\n{screen}"));
+    let line = &text[at..];
+    let number_before = |unit: &str| -> f64 {
+        let end = line
+            .find(unit)
+            .unwrap_or_else(|| panic!("no {unit:?} in {line}"));
+        line[..end]
+            .trim_end()
+            .rsplit([' ', '('])
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("no number before {unit:?} in {line}"))
+    };
+    (number_before(" MiB/token)"), number_before(" MiB/s)"))
+}
+
+/// The preamble's `key=value` of the engine's CSV.
+fn preamble_value(csv: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(csv).unwrap();
+    text.lines()
+        .take_while(|l| l.starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in the preamble of {text}"))
+        .to_string()
+}
+
+/// Runs the real engine under the panel (80 columns: the run pane is behind `t`) until it
+/// ends; the final screen and the details pane.
+fn attach_to_engine(extra: &str, csv: &Path) -> Option<(String, String)> {
+    let cli = engine_cli().or_else(|| {
+        eprintln!("skipping: bmoe-cli not found next to bmoe-top, in $BMOE_CLI or on PATH");
+        None
+    })?;
+    let cmd = format!(
+        "{} -- {} -p 'hello the' -n 8 --moe-stream --cache-mb 2 -t 1 --csv {}{extra}",
+        bin(),
+        cli.display(),
+        csv.display()
+    );
+    let t = Tmux::start(&cmd, 120, 40)?;
+    let end = t.wait_long("engine exit", 120, |s| s.contains("exit status: 0"));
+    t.keys(&["t"]);
+    let details = t.wait_for("details pane", |s| s.contains("reading as:"));
+    t.keys(&["q"]);
+    t.wait_for("clean exit", |s| s.contains("EXIT=0"));
+    Some((end, details))
+}
+
+fn assert_engine_figures(end: &str) {
+    // What the engine printed on its `moe-stream:` line is what the panel shows: the per-token
+    // read (to the panel's 2 decimals below 1 MiB) and the bandwidth (0 decimals, both).
+    let (want_read, want_bw) = engine_moe_stream(end);
+    let (shown_read, shown_bw) =
+        flash_figures(end).unwrap_or_else(|| panic!("no flash MiB/s figure on screen:\n{end}"));
+    assert!(
+        (shown_read - want_read).abs() < 0.051,
+        "MiB/tok {shown_read} vs the engine's {want_read}:\n{end}"
+    );
+    assert_eq!(shown_bw, want_bw, "MiB/s vs the engine's:\n{end}");
+}
+
+#[test]
+fn with_progress_the_lanes_and_bandwidth_are_the_engines_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("run.csv");
+    let Some((end, details)) = attach_to_engine(" --progress", &csv) else {
+        return;
+    };
+    assert!(!end.contains("--progress added"), "{end}");
+    assert_engine_figures(&end);
+    // No --io-threads on the command line: the lanes are the engine's default, as its stderr
+    // streaming line (and its CSV preamble) states them.
+    let lanes = preamble_value(&csv, "io_threads");
+    assert!(
+        details.contains(&format!("compute threads, {lanes} I/O lanes")),
+        "lanes {lanes}: {details}"
+    );
+    assert!(end.contains(&format!("{lanes} lanes")), "header: {end}");
+}
