@@ -88,6 +88,10 @@ struct Cli {
     command: Vec<String>,
 }
 
+/// What the panel says when it added `--progress` to the engine's command line.
+const PROGRESS_ADDED: &str = "added --progress to the bmoe-cli command line: without it the \
+                              engine prints no per-token lines, only the end-of-run summary";
+
 fn main() {
     if let Err(e) = run() {
         eprintln!("error: {e:#}");
@@ -168,23 +172,43 @@ fn run() -> Result<()> {
     } else if !cli.command.is_empty() {
         let mut base = base_config(&cli);
         base.merge(&argv::facts(&cli.command));
+        // A one-shot bmoe-cli without --progress prints no per-token lines: the panel adds the
+        // flag rather than guess per-token figures from the end-of-run summary, and says so
+        // (here, on the terminal left behind when the panel quits, and in the run's log).
+        let added = if cli.session {
+            None
+        } else {
+            argv::with_progress(&cli.command)
+        };
+        let command = added.as_ref().unwrap_or(&cli.command);
+        if added.is_some() {
+            eprintln!("bmoe-top: {PROGRESS_ADDED}");
+        }
         let (c, kind) = if cli.session {
-            let (c, w) = source::spawn_session(&cli.command, cli.log.as_deref(), &tx)?;
+            let (c, w) = source::spawn_session(command, cli.log.as_deref(), &tx)?;
             writer = Some(w);
             (c, SourceKind::Session)
         } else {
-            let c = source::spawn(&cli.command, cli.log.as_deref(), &tx)?;
+            let c = source::spawn(command, cli.log.as_deref(), &tx)?;
             (c, SourceKind::Spawn)
         };
         // The argv's facts go to the run label and the details pane; the header names the program.
         let prog = cli.command[0].rsplit('/').next().unwrap_or(&cli.command[0]);
         let label = format!(
-            "{}{} (pid {})",
+            "{}{} (pid {}{})",
             if cli.session { "session " } else { "" },
             bmoe_top::clean::clean(prog, false),
-            c.id()
+            c.id(),
+            if added.is_some() {
+                ", --progress added"
+            } else {
+                ""
+            }
         );
         let mut app = App::new(kind, label, base);
+        if added.is_some() {
+            app.push(Event::Log(format!("bmoe-top: {PROGRESS_ADDED}")));
+        }
         child = Some(c);
         app.child_alive = true;
         app

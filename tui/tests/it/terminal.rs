@@ -825,6 +825,23 @@ fn assert_engine_figures(end: &str) {
 }
 
 #[test]
+fn a_one_shot_engine_without_progress_gets_it_and_shows_the_engines_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("run.csv");
+    let Some((end, details)) = attach_to_engine("", &csv) else {
+        return;
+    };
+    assert!(end.contains("--progress added"), "{end}");
+    assert!(end.contains("token 8/8"), "{end}");
+    assert!(!end.contains("(waiting for text)"), "{end}");
+    assert_engine_figures(&end);
+    assert!(
+        details.contains("bmoe-top: added --progress"),
+        "the log says so: {details}"
+    );
+}
+
+#[test]
 fn with_progress_the_lanes_and_bandwidth_are_the_engines_statement() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("run.csv");
