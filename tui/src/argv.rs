@@ -38,20 +38,36 @@ pub fn facts(argv: &[String]) -> RunConfig {
             }
         }
     }
-    if c.get("moe_stream").is_none() && argv.len() > 1 {
+    if c.get("moe_stream").is_none() && argv.len() > 1 && is_engine(argv) {
         // bmoe-cli streams only with --moe-stream: without it the run is the mmap baseline.
-        let looks_like_engine = argv[0]
-            .rsplit('/')
-            .next()
-            .is_some_and(|n| n.starts_with("bmoe-cli"));
-        if looks_like_engine {
-            c.set("moe_stream", "0");
-        }
+        c.set("moe_stream", "0");
     }
     if c.get("moe_stream") == Some("1") && c.get("overlap").is_none() {
         c.set("overlap", "0");
     }
     c
+}
+
+/// Whether the command runs bmoe's own engine (`bmoe-cli`, by path or name), whose flags this
+/// panel knows.
+pub fn is_engine(argv: &[String]) -> bool {
+    argv.first()
+        .and_then(|p| p.rsplit('/').next())
+        .is_some_and(|n| n.starts_with("bmoe-cli"))
+}
+
+/// The engine command with `--progress` added when it is `bmoe-cli` run one-shot without it:
+/// without the flag the engine prints no per-token lines, and the panel would have only the
+/// end-of-run summary to show. `None` when nothing needs adding (it has the flag, it is a
+/// session, or it is some other program, whose flags are not ours to change).
+pub fn with_progress(argv: &[String]) -> Option<Vec<String>> {
+    if !is_engine(argv) || argv.iter().any(|a| a == "--progress" || a == "--session") {
+        return None;
+    }
+    let mut out = argv.to_vec();
+    // Right after the program: before any `--` that would make the rest positional.
+    out.insert(1, "--progress".to_string());
+    Some(out)
 }
 
 #[cfg(test)]
@@ -73,6 +89,18 @@ mod tests {
         assert_eq!(c.streaming(), Some(true));
         assert_eq!(c.get("model"), Some("/m/q.gguf"));
         assert_eq!(c.not_benchmark_reasons(), vec!["traced", "stochastic"]);
+    }
+
+    #[test]
+    fn progress_is_added_to_a_one_shot_engine_only() {
+        assert_eq!(
+            with_progress(&v("/opt/bmoe/bmoe-cli -p hi -n 8 --moe-stream")),
+            Some(v("/opt/bmoe/bmoe-cli --progress -p hi -n 8 --moe-stream"))
+        );
+        assert_eq!(with_progress(&v("bmoe-cli -p hi --progress")), None);
+        assert_eq!(with_progress(&v("bmoe-cli --session --moe-stream")), None);
+        assert_eq!(with_progress(&v("sh engine.sh")), None);
+        assert_eq!(with_progress(&[]), None);
     }
 
     #[test]

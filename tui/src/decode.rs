@@ -97,6 +97,42 @@ pub fn mode_facts(m: &Mode) -> RunConfig {
     c
 }
 
+/// What the engine's stderr says the start of its streaming statement is: `bmoe: expert
+/// streaming ON  n_expert=… o_direct=… io_threads=… cache=… MiB …[ overlap=<kind>]`.
+const STREAMING_ON: &str = "bmoe: expert streaming ON";
+
+/// Run facts the engine states on stderr before the first token: its streaming line gives the
+/// I/O lanes it really runs (`io_threads=`, whatever the argv asked or left to the default),
+/// `o_direct=`, and `overlap=<kind>` only when reads overlap compute. The `key=value` words are
+/// read with bmoe-telemetry's tokenizer ([`parse_kv_line`]); `None` for any other line.
+///
+/// [`parse_kv_line`]: bmoe_telemetry::kv::parse_kv_line
+pub fn stderr_facts(line: &str) -> Option<RunConfig> {
+    let rest = line.trim().strip_prefix(STREAMING_ON)?;
+    let kv = bmoe_telemetry::kv::parse_kv_line(rest);
+    let mut c = RunConfig::default();
+    c.set("moe_stream", "1");
+    if let Some(l) = kv
+        .pairs
+        .get("io_threads")
+        .filter(|v| v.parse::<u32>().is_ok())
+    {
+        c.set("io_threads", l);
+    }
+    if let Some(d) = kv.pairs.get("o_direct").filter(|v| matches!(*v, "0" | "1")) {
+        c.set("o_direct", d);
+    }
+    c.set(
+        "overlap",
+        if kv.pairs.contains_key("overlap") {
+            "1"
+        } else {
+            "0"
+        },
+    );
+    Some(c)
+}
+
 /// Folds one end-of-run line into a summary.
 pub fn fold_summary_line(s: &mut RunSummary, line: &SummaryLine) {
     match line {
@@ -118,6 +154,9 @@ pub fn fold_summary_line(s: &mut RunSummary, line: &SummaryLine) {
         }
         SummaryLine::MoeStream(m) => {
             s.read_mib = fin(m.read_mib);
+            s.read_mib_tok = fin(m.mib_per_token);
+            // The engine prints 0 MiB/s when no read time was measured: unknown, not zero.
+            s.mib_s = fin(m.mib_per_s).filter(|b| *b > 0.0);
             s.io_s_tok = fin(m.io_s);
             s.compute_s_tok = fin(m.compute_s);
             if let Some(mg) = m.mgmt_s {
@@ -377,6 +416,43 @@ mod tests {
         assert_eq!(s.stall_s_tok, Some(0.02));
         assert_eq!((s.experts_dropped, s.experts_routed), (Some(12), Some(480)));
         assert_eq!(s.lines.len(), 5);
+    }
+
+    #[test]
+    fn the_engine_stderr_states_lanes_and_overlap() {
+        // As the engine's streaming setup writes it (engine/src/turn/streaming.rs).
+        let c = stderr_facts(
+            "bmoe: expert streaming ON  n_expert=8 o_direct=1 io_threads=4 cache=2 MiB shards=1 cache_cycle=1.5 MiB",
+        )
+        .expect("the streaming line");
+        assert_eq!(c.io_threads(), Some(4));
+        assert_eq!(c.overlap(), Some(false));
+        assert_eq!(c.streaming(), Some(true));
+        assert_eq!(c.get("o_direct"), Some("1"));
+        let c = stderr_facts(
+            "bmoe: expert streaming ON  n_expert=128 o_direct=0 io_threads=6 cache=3000 MiB shards=2 cache_cycle=40.0 MiB overlap=uffd",
+        )
+        .expect("the streaming line");
+        assert_eq!((c.io_threads(), c.overlap()), (Some(6), Some(true)));
+        assert!(stderr_facts("bmoe: warning: io_threads=9 is too many").is_none());
+        assert!(stderr_facts("llama_model_loader: io_threads=3").is_none());
+    }
+
+    #[test]
+    fn the_moe_stream_line_keeps_the_engines_per_token_read_and_bandwidth() {
+        // A small model: 8 tokens read 1.9 MiB in 5.2 ms; per token the read time rounds to
+        // 0.001 s, which divided into the total would read as 1900 MiB/s.
+        let ev = feed_all(&[
+            "generation: 8 tokens, 0.020 s/token (50.000 tok/s)",
+            "moe-stream: read 1.9 MiB (0.24 MiB/token), decode 0.020 s/token (compute 0.019 + cache mgmt 0.000 + flash I/O 0.001 s/token, 362 MiB/s)",
+        ]);
+        let Some(Event::Summary(s)) = ev.iter().rev().find(|e| matches!(e, Event::Summary(_)))
+        else {
+            panic!("no summary")
+        };
+        assert_eq!(s.read_mib_tok, Some(0.24));
+        assert_eq!(s.mib_s, Some(362.0));
+        assert_eq!(s.tokens, Some(8));
     }
 
     #[test]

@@ -10,16 +10,19 @@ use crate::state::{App, Focus, SourceKind};
 /// What the user asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    /// `q`.
+    /// `q`, F10 (and Esc with nothing to close, outside a session).
     Quit,
     /// Ctrl-C: interrupt the spawned engine (or quit when there is none).
     Interrupt,
     /// `space`.
     Pause,
-    /// `?` / Esc closes.
+    /// `?` / F1: the help popup on / off.
     Help,
-    /// Esc.
+    /// Esc in a session while the help is open: closes it.
     CloseHelp,
+    /// Esc outside a session: closes the help popup when it is open, else quits (the htop and
+    /// btm habit).
+    Back,
     /// `←` (while paused).
     StepBack,
     /// `→` (while paused).
@@ -79,8 +82,9 @@ pub fn map(ev: &TermEvent) -> Option<Action> {
 }
 
 /// Maps one terminal event in session mode, where printable keys type into the prompt line:
-/// commands move to Enter, Esc, Tab, F1 and Ctrl chords.
-pub fn map_session(ev: &TermEvent, help_open: bool) -> Option<Action> {
+/// commands move to Enter, Esc, Tab, the function keys and Ctrl chords. `?` opens the help only
+/// on an empty prompt line (and closes it while it is open); inside a prompt it is text.
+pub fn map_session(ev: &TermEvent, help_open: bool, input_empty: bool) -> Option<Action> {
     let TermEvent::Key(k) = ev else {
         return map(ev);
     };
@@ -103,6 +107,8 @@ pub fn map_session(ev: &TermEvent, help_open: bool) -> Option<Action> {
         KeyCode::Enter => Action::Send,
         KeyCode::Backspace => Action::Backspace,
         KeyCode::F(1) => Action::Help,
+        KeyCode::F(10) => Action::Quit,
+        KeyCode::Char('?') if help_open || input_empty => Action::Help,
         KeyCode::Tab => Action::ToggleFocus,
         KeyCode::Up => Action::ScrollUp(1),
         KeyCode::Down => Action::ScrollDown(1),
@@ -121,10 +127,10 @@ fn map_key(k: &KeyEvent) -> Option<Action> {
         return matches!(k.code, KeyCode::Char('c')).then_some(Action::Interrupt);
     }
     Some(match k.code {
-        KeyCode::Char('q') | KeyCode::Char('Q') => Action::Quit,
+        KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::F(10) => Action::Quit,
         KeyCode::Char(' ') => Action::Pause,
-        KeyCode::Char('?') => Action::Help,
-        KeyCode::Esc => Action::CloseHelp,
+        KeyCode::Char('?') | KeyCode::F(1) => Action::Help,
+        KeyCode::Esc => Action::Back,
         KeyCode::Left => Action::StepBack,
         KeyCode::Right => Action::StepForward,
         KeyCode::Char('[') => Action::SeekBack,
@@ -185,6 +191,8 @@ pub fn apply(app: &mut App, action: Action) {
         Action::Pause => app.toggle_pause(),
         Action::Help => app.help = !app.help,
         Action::CloseHelp => app.help = false,
+        Action::Back if app.help => app.help = false,
+        Action::Back => app.quit = true,
         Action::StepBack if app.paused => app.step_back(),
         Action::StepForward if app.paused => app.step_forward(),
         Action::StepBack | Action::StepForward => {}
@@ -246,6 +254,9 @@ mod tests {
         assert_eq!(map(&key(KeyCode::Char('+'))), Some(Action::Faster));
         assert_eq!(map(&key(KeyCode::Char('t'))), Some(Action::ToggleFocus));
         assert_eq!(map(&key(KeyCode::Char('x'))), None);
+        assert_eq!(map(&key(KeyCode::F(1))), Some(Action::Help));
+        assert_eq!(map(&key(KeyCode::F(10))), Some(Action::Quit));
+        assert_eq!(map(&key(KeyCode::Esc)), Some(Action::Back));
         let ctrl_c = TermEvent::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
         assert_eq!(map(&ctrl_c), Some(Action::Interrupt));
         let wheel = TermEvent::Mouse(MouseEvent {
@@ -259,20 +270,34 @@ mod tests {
 
     #[test]
     fn session_keys_type_into_the_prompt_and_chords_command() {
-        let k = |code| map_session(&key(code), false);
+        let k = |code| map_session(&key(code), false, false);
         assert_eq!(k(KeyCode::Char('q')), Some(Action::Type('q')));
         assert_eq!(k(KeyCode::Char(' ')), Some(Action::Type(' ')));
         assert_eq!(k(KeyCode::Enter), Some(Action::Send));
         assert_eq!(k(KeyCode::Esc), Some(Action::Cancel));
         assert_eq!(
-            map_session(&key(KeyCode::Esc), true),
+            map_session(&key(KeyCode::Esc), true, false),
             Some(Action::CloseHelp)
         );
         assert_eq!(k(KeyCode::F(1)), Some(Action::Help));
+        assert_eq!(k(KeyCode::F(10)), Some(Action::Quit));
+        // `?` is text inside a prompt, the help key on an empty line and while the help is open.
+        assert_eq!(k(KeyCode::Char('?')), Some(Action::Type('?')));
+        assert_eq!(
+            map_session(&key(KeyCode::Char('?')), false, true),
+            Some(Action::Help)
+        );
+        assert_eq!(
+            map_session(&key(KeyCode::Char('?')), true, false),
+            Some(Action::Help)
+        );
         let ctrl = |c| TermEvent::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL));
-        assert_eq!(map_session(&ctrl('n'), false), Some(Action::NewChat));
-        assert_eq!(map_session(&ctrl('c'), false), Some(Action::Interrupt));
-        assert_eq!(map_session(&ctrl('d'), false), Some(Action::Quit));
+        assert_eq!(map_session(&ctrl('n'), false, false), Some(Action::NewChat));
+        assert_eq!(
+            map_session(&ctrl('c'), false, false),
+            Some(Action::Interrupt)
+        );
+        assert_eq!(map_session(&ctrl('d'), false, false), Some(Action::Quit));
 
         let mut app = App::new(SourceKind::Session, "s", RunConfig::default());
         for c in "hi!".chars() {
@@ -319,6 +344,18 @@ mod tests {
         apply(&mut app, Action::ToggleFocus);
         assert_eq!(app.focus, Focus::Telemetry);
         apply(&mut app, Action::Quit);
+        assert!(app.quit);
+    }
+
+    #[test]
+    fn esc_closes_the_help_first_and_quits_after() {
+        let mut app = App::new(SourceKind::Replay, "r", RunConfig::default());
+        apply(&mut app, Action::Help);
+        assert!(app.help);
+        apply(&mut app, Action::Back);
+        assert!(!app.help);
+        assert!(!app.quit, "the first Esc only closes the help");
+        apply(&mut app, Action::Back);
         assert!(app.quit);
     }
 }

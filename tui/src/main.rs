@@ -49,7 +49,7 @@ enum ColorArg {
 #[command(
     name = "bmoe-top",
     version,
-    after_help = "Keys: q quit · space pause · ←/→ step while paused · [ ] seek · +/- speed · t focus · ? help"
+    after_help = "Keys: q / F10 / Esc quit · space pause · ←/→ step while paused · [ ] seek · +/- speed · t focus · ? / F1 help\nSession keys (--session): Enter send · Esc cancel · F1 (or ? on an empty prompt) help · F10 / Ctrl-D quit"
 )]
 struct Cli {
     /// Replay a metrics CSV written by `bmoe-cli --csv`.
@@ -88,6 +88,10 @@ struct Cli {
     command: Vec<String>,
 }
 
+/// What the panel says when it added `--progress` to the engine's command line.
+const PROGRESS_ADDED: &str = "added --progress to the bmoe-cli command line: without it the \
+                              engine prints no per-token lines, only the end-of-run summary";
+
 fn main() {
     if let Err(e) = run() {
         eprintln!("error: {e:#}");
@@ -114,6 +118,17 @@ fn run() -> Result<()> {
     if cli.session && !cli.command.iter().any(|a| a == "--session") {
         bail!(
             "--session drives an engine session, but the command after `--` has no `--session` flag\nhint: bmoe-top --session -- bmoe-cli -m model.gguf --session"
+        );
+    }
+    // Said before the stdout check: with neither a source nor a pipe, how to give one is what
+    // the user needs first.
+    if cli.replay.is_none() && cli.command.is_empty() && std::io::stdin().is_terminal() {
+        bail!(
+            "nothing to show: no --replay file, no command after `--`, and stdin is a terminal\n\
+             hint: give bmoe-top one of three sources:\n\
+             \x20 bmoe-top --replay run.csv                   replay a recorded metrics CSV\n\
+             \x20 bmoe-top -- bmoe-cli -m model.gguf -p …     spawn the engine and watch it\n\
+             \x20 bmoe-cli … --progress | bmoe-top            read the engine's protocol from a pipe"
         );
     }
     // A replay file is read before anything touches the terminal, so a wrong path or a file
@@ -157,32 +172,47 @@ fn run() -> Result<()> {
     } else if !cli.command.is_empty() {
         let mut base = base_config(&cli);
         base.merge(&argv::facts(&cli.command));
+        // A one-shot bmoe-cli without --progress prints no per-token lines: the panel adds the
+        // flag rather than guess per-token figures from the end-of-run summary, and says so
+        // (here, on the terminal left behind when the panel quits, and in the run's log).
+        let added = if cli.session {
+            None
+        } else {
+            argv::with_progress(&cli.command)
+        };
+        let command = added.as_ref().unwrap_or(&cli.command);
+        if added.is_some() {
+            eprintln!("bmoe-top: {PROGRESS_ADDED}");
+        }
         let (c, kind) = if cli.session {
-            let (c, w) = source::spawn_session(&cli.command, cli.log.as_deref(), &tx)?;
+            let (c, w) = source::spawn_session(command, cli.log.as_deref(), &tx)?;
             writer = Some(w);
             (c, SourceKind::Session)
         } else {
-            let c = source::spawn(&cli.command, cli.log.as_deref(), &tx)?;
+            let c = source::spawn(command, cli.log.as_deref(), &tx)?;
             (c, SourceKind::Spawn)
         };
         // The argv's facts go to the run label and the details pane; the header names the program.
         let prog = cli.command[0].rsplit('/').next().unwrap_or(&cli.command[0]);
         let label = format!(
-            "{}{} (pid {})",
+            "{}{} (pid {}{})",
             if cli.session { "session " } else { "" },
             bmoe_top::clean::clean(prog, false),
-            c.id()
+            c.id(),
+            if added.is_some() {
+                ", --progress added"
+            } else {
+                ""
+            }
         );
         let mut app = App::new(kind, label, base);
+        if added.is_some() {
+            app.push(Event::Log(format!("bmoe-top: {PROGRESS_ADDED}")));
+        }
         child = Some(c);
         app.child_alive = true;
         app
     } else {
-        if std::io::stdin().is_terminal() {
-            bail!(
-                "nothing to show: no --replay file, no command after `--`, and stdin is a terminal\nhint: bmoe-top --replay run.csv | bmoe-top -- bmoe-cli … --progress | bmoe-cli … --progress | bmoe-top"
-            );
-        }
         source::stdin(&tx);
         App::new(SourceKind::Stdin, "stdin", base_config(&cli))
     };
@@ -377,7 +407,13 @@ fn handle(
                 app.push(e);
             }
         }
-        Msg::Stderr(l) => app.push(Event::Log(l)),
+        Msg::Stderr(l) => {
+            // The engine's own statement of its lanes and overlap outranks the argv's.
+            if let Some(c) = bmoe_top::decode::stderr_facts(&l) {
+                app.push(Event::Config(c));
+            }
+            app.push(Event::Log(l));
+        }
         Msg::Eof(why) => {
             for e in decoder.finish() {
                 app.push(e);
@@ -392,7 +428,7 @@ fn handle(
         }
         Msg::Term(ev) => {
             let action = if app.kind == SourceKind::Session {
-                keys::map_session(&ev, app.help)
+                keys::map_session(&ev, app.help, app.composer.input.is_empty())
             } else {
                 keys::map(&ev)
             };

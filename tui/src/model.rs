@@ -284,6 +284,13 @@ pub struct RunSummary {
     pub majflt_tok: Option<f64>,
     /// Total flash read, MiB.
     pub read_mib: Option<f64>,
+    /// Flash read per generated token, MiB, as the engine computed it (the `moe-stream:` line's
+    /// `MiB/token`, the CSV trailer's `read_MiB ÷ tokens`): preferred to any division here, whose
+    /// token count may not be the engine's.
+    pub read_mib_tok: Option<f64>,
+    /// Read bandwidth, MiB/s, as the engine computed it (`moe-stream:`'s `MiB/s`, the trailer's
+    /// `read_MiB ÷ io_s`): exact where the per-token read time is rounded to 0.
+    pub mib_s: Option<f64>,
     /// Final cumulative hit rate, percent.
     pub cache_hit_pct: Option<f64>,
     /// Expert cache resident, MiB.

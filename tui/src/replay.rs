@@ -61,6 +61,12 @@ pub fn trailer_to_summary(t: &SummaryTrailer) -> RunSummary {
         compute_s_tok: f("compute_s/tok"),
         majflt_tok: f("majflt/tok"),
         read_mib: f("read_MiB"),
+        read_mib_tok: f("read_MiB")
+            .zip(u("tokens").filter(|n| *n > 0))
+            .map(|(r, n)| r / n as f64),
+        mib_s: f("read_MiB")
+            .zip(f("io_s").filter(|s| *s > 0.0))
+            .map(|(r, s)| r / s),
         cache_hit_pct: f("cache_hit_pct").filter(|h| *h >= 0.0),
         cache_resident_mib: f("cache_resident_MiB"),
         cache_budget_mib: f("cache_budget_MiB"),
@@ -86,9 +92,14 @@ pub fn trailer_to_summary(t: &SummaryTrailer) -> RunSummary {
 /// replay there and is reported as [`Event::Malformed`] (the rows before it still replay).
 ///
 /// # Errors
-/// The file cannot be opened, or it is not a metrics CSV (the reader's message names the line).
+/// The file cannot be opened, it is not a metrics CSV (the reader's message names the line), or
+/// it has no header row (an empty file): nothing to replay, and an empty timeline would look like
+/// a run that read nothing.
 pub fn load(path: &Path) -> Result<Vec<Event>> {
     let mut reader = MetricsReader::open(path).map_err(|e| open_error(path, &e))?;
+    if reader.header().is_empty() {
+        return Err(no_header_error(path, reader.truncated().map(|t| t.line)));
+    }
     let mut events = Vec::new();
     let mut config = RunConfig::default();
     for (k, v) in reader.preamble().merged().iter() {
@@ -101,6 +112,7 @@ pub fn load(path: &Path) -> Result<Vec<Event>> {
     events.push(Event::Begin);
     let mut seen_summaries = 0;
     let mut turn: Option<u64> = None;
+    // Rows read so far (not the file line: see the error arm).
     let mut row_no: u64 = 0;
     loop {
         let next = reader.next();
@@ -121,8 +133,16 @@ pub fn load(path: &Path) -> Result<Vec<Event>> {
                 events.push(Event::Token(Box::new(tok), None));
             }
             Some(Err(e)) => {
+                // The file's own line number (preamble, header and trailers counted), as the
+                // reader's error and bmoe-analyze name it; the row count is only a fallback.
+                let line = error_line(&e).unwrap_or_else(|| {
+                    reader.preamble().skip_rows
+                        + 2
+                        + row_no
+                        + (reader.summaries().len() + reader.comments().len()) as u64
+                });
                 events.push(Event::Malformed {
-                    line: row_no,
+                    line,
                     reason: format!("row unreadable, replay stops here: {e}"),
                 });
                 break;
@@ -136,6 +156,33 @@ pub fn load(path: &Path) -> Result<Vec<Event>> {
         });
     }
     Ok(events)
+}
+
+/// The 1-based file line an error of the reader names, when it names one.
+fn error_line(e: &bmoe_telemetry::Error) -> Option<u64> {
+    use bmoe_telemetry::Error as E;
+    match e {
+        E::Field { line, .. } | E::Line { line, .. } | E::MissingColumn { line, .. } => {
+            Some(*line).filter(|l| *l > 0)
+        }
+        _ => None,
+    }
+}
+
+/// A file without a header row: empty (0 bytes), only `#` lines, or cut short inside the header
+/// (`cut` = the line it was cut at).
+fn no_header_error(path: &Path, cut: Option<u64>) -> anyhow::Error {
+    let shown = path.display();
+    let what = match (cut, std::fs::metadata(path).map(|m| m.len())) {
+        (Some(line), _) => format!("its header row (line {line}) was cut short"),
+        (None, Ok(0)) => "the file is empty (0 bytes)".to_string(),
+        (None, _) => "it has no header row and no token rows".to_string(),
+    };
+    anyhow!(
+        "cannot replay {shown}: {what}, so there is no run to show\n\
+         hint: pass the metrics CSV of a run that generated tokens (`bmoe-cli … --csv run.csv`); \
+         a run killed before its first token leaves an empty file"
+    )
 }
 
 /// Why a file cannot be replayed, said once (the reader's I/O error already carries its cause,

@@ -17,18 +17,24 @@ const SESSION_KEYS: &[(&str, &str)] = &[
     ("Ctrl-U", "clear the prompt line"),
     ("/n N  /n", "n_predict N for the next prompts; back to -n"),
     ("Ctrl-C", "cancel a generation; quit when idle"),
-    ("Ctrl-D", "quit (closes the session)"),
+    ("Ctrl-D  F10", "quit (closes the session)"),
     ("Tab", "focus answer ↔ telemetry details"),
     (
         "↑ ↓ PgUp PgDn",
         "scroll the focused pane (mouse wheel: answer)",
     ),
-    ("F1  Esc", "close this help"),
+    (
+        "F1  ?",
+        "help on / off (? on an empty prompt line); Esc closes",
+    ),
 ];
 
 /// Keys of the other modes (spawned, piped, replayed).
 const REPLAY_KEYS: &[(&str, &str)] = &[
-    ("q", "quit (Ctrl-C: interrupt a spawned engine first)"),
+    (
+        "q  F10  Esc",
+        "quit (Ctrl-C: interrupt a spawned engine first)",
+    ),
     ("space", "pause / resume"),
     ("← →", "one token back / forward while paused"),
     ("[ ]", "seek a tenth of the run back / forward"),
@@ -39,7 +45,7 @@ const REPLAY_KEYS: &[(&str, &str)] = &[
         "↑ ↓ PgUp PgDn",
         "scroll the focused pane (mouse wheel: answer)",
     ),
-    ("?  Esc", "close this help"),
+    ("?  F1", "help on / off; Esc closes it"),
 ];
 
 /// The popup, centred over the area it is given (the whole frame) and clearing what it covers.

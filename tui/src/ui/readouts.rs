@@ -131,27 +131,23 @@ fn flash_line(run: &RunState, theme: &Theme, avg: bool) -> Line<'static> {
             theme.dim(),
         );
     }
-    let t = &run.totals;
-    let (read, io, stall) = if avg {
-        let n = t.tokens.max(1) as f64;
-        let s = run.summary.as_ref();
-        let read = s.and_then(|s| s.read_mib).map_or(t.read_mib / n, |r| r / n);
-        let io = s
-            .and_then(|s| s.io_s_tok)
-            .map_or(t.io_ms / n, |x| x * 1000.0);
-        let stall = s
-            .and_then(|s| s.stall_s_tok)
-            .map_or(t.stall_ms / n, |x| x * 1000.0);
-        (read, io, stall)
+    let (read, bw, io, stall) = if avg {
+        avg_flash(run)
     } else {
         match run.live() {
-            Some(l) => (l.read_mib, l.io_ms, l.stall_ms),
-            None => (0.0, 0.0, 0.0),
+            Some(l) => (
+                Some(l.read_mib),
+                figures::flash_mib_s(l.read_mib, l.io_ms),
+                l.io_ms,
+                l.stall_ms,
+            ),
+            None => (None, None, 0.0, 0.0),
         }
     };
-    let bw = figures::flash_mib_s(read, io).map_or_else(|| "—".into(), |b| format!("{b:.0}"));
+    let read = read.map_or_else(|| "—".into(), mib);
+    let bw = bw.map_or_else(|| "—".into(), |b| format!("{b:.0}"));
     let (overlap, _) = run.overlap();
-    let mut s = format!(" flash {read:.1} MiB/tok · {bw} MiB/s");
+    let mut s = format!(" flash {read} MiB/tok · {bw} MiB/s");
     if overlap {
         s.push_str(&format!(" · stall {}", ms(stall)));
         s.push_str(&format!(" · lanes busy {}", ms(io)));
@@ -159,4 +155,47 @@ fn flash_line(run: &RunState, theme: &Theme, avg: bool) -> Line<'static> {
         s.push_str(&format!(" · read wait {}", ms(io)));
     }
     Line::from(s)
+}
+
+/// MiB with two decimals below 1 (a small model reads a fraction of a MiB per token, and the
+/// engine's `moe-stream:` line prints two), one above.
+fn mib(v: f64) -> String {
+    if v.abs() < 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Run-average flash figures: MiB per token, MiB/s, read time and stall per token (ms).
+///
+/// The engine's own per-token read and bandwidth win (its `moe-stream:` line divides by the
+/// tokens it generated and by the exact read time); otherwise the summary's total read is
+/// divided by the summary's token count, and only without a summary by the rows seen. A total
+/// with no token count to divide it by is unknown (`None`), never a total shown per token.
+fn avg_flash(run: &RunState) -> (Option<f64>, Option<f64>, f64, f64) {
+    let t = &run.totals;
+    let rows = (t.tokens > 0).then_some(t.tokens as f64);
+    let n = t.tokens.max(1) as f64;
+    let Some(s) = run.summary.as_ref() else {
+        let read = rows.map(|r| t.read_mib / r);
+        let (io, stall) = (t.io_ms / n, t.stall_ms / n);
+        return (
+            read,
+            read.and_then(|r| figures::flash_mib_s(r, io)),
+            io,
+            stall,
+        );
+    };
+    let tokens = s.tokens.filter(|n| *n > 0).map(|n| n as f64).or(rows);
+    let read = s.read_mib_tok.or_else(|| match s.read_mib {
+        Some(r) => tokens.map(|n| r / n),
+        None => rows.map(|r| t.read_mib / r),
+    });
+    let io = s.io_s_tok.map_or(t.io_ms / n, |x| x * 1000.0);
+    let stall = s.stall_s_tok.map_or(t.stall_ms / n, |x| x * 1000.0);
+    let bw = s
+        .mib_s
+        .or_else(|| read.and_then(|r| figures::flash_mib_s(r, io)));
+    (read, bw, io, stall)
 }

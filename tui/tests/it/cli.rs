@@ -114,3 +114,34 @@ fn a_trace_is_pointed_at_the_analyze_subcommand_that_reads_it() {
         assert!(!err.contains("bmoe_telemetry"), "{err}");
     }
 }
+
+#[test]
+fn an_empty_file_is_refused_before_the_screen_opens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("killed.csv");
+    std::fs::write(&p, "").expect("write");
+    let shown = p.to_str().expect("utf-8 path");
+    let (code, err) = run(&["--replay", shown]);
+    assert_eq!(code, 1, "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert_eq!(
+        lines[0],
+        format!(
+            "error: cannot replay {shown}: the file is empty (0 bytes), so there is no run to show"
+        ),
+        "{err}"
+    );
+    assert!(lines[1].starts_with("hint: pass the metrics CSV"), "{err}");
+    // Refused before the terminal check: the screen would never have opened.
+    assert!(!err.contains("not a terminal"), "{err}");
+
+    // Only a preamble, no header: refused the same way.
+    std::fs::write(&p, "# bmoe_metrics v2\n# engine=x\n").expect("write");
+    let (code, err) = run(&["--replay", shown]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("it has no header row and no token rows"),
+        "{err}"
+    );
+}

@@ -292,6 +292,98 @@ fn end_of_run_summary_80x24() {
 }
 
 #[test]
+fn end_of_run_lines_alone_show_the_engines_per_token_read_and_bandwidth() {
+    // What a one-shot engine without --progress prints: its text, then the end-of-run lines,
+    // and no per-token line (the figures of the report in issue #20). 8 tokens read 1.9 MiB;
+    // per token the read time rounds to 0.001 s. Read as "the total over the rows seen (none,
+    // so 1)" and "÷ the rounded per-token time", that was `flash 1.9 MiB/tok · 1900 MiB/s`.
+    let lines: Vec<String> = [
+        "hi there, the answer follows",
+        "generation: 8 tokens, 0.012 s/token (83.333 tok/s)",
+        "mode: expert streaming, cache 2 MiB, dense anon",
+        "moe-stream: read 1.9 MiB (0.24 MiB/token), decode 0.012 s/token (compute 0.010 + cache mgmt 0.000 + flash I/O 0.001 s/token, 362 MiB/s)",
+        "moe-cache: 60.0% hit, resident 2.0 MiB",
+    ]
+    .map(String::from)
+    .to_vec();
+    let app = live("bmoe-cli -p hi -n 8 --moe-stream --cache-mb 2", &lines);
+    assert_eq!(app.run.totals.tokens, 0, "no per-token line was fed");
+    let screen = render(&app, 100, 30);
+    assert!(
+        screen.contains("flash 0.24 MiB/tok · 362 MiB/s"),
+        "{screen}"
+    );
+    assert!(!screen.contains("1.9 MiB/tok"), "{screen}");
+
+    // A summary that states a total but no token count: per token is unknown, not the total.
+    let mut app = live("sh engine.sh", &[]);
+    app.push(Event::Summary(Box::new(bmoe_top::model::RunSummary {
+        read_mib: Some(19.3),
+        io_s_tok: Some(0.001),
+        s_tok: Some(0.012),
+        ..Default::default()
+    })));
+    app.push(Event::Config({
+        let mut c = RunConfig::default();
+        c.set("moe_stream", "1");
+        c
+    }));
+    let screen = render(&app, 100, 30);
+    assert!(screen.contains("flash — MiB/tok · — MiB/s"), "{screen}");
+}
+
+#[test]
+fn a_csv_trailer_gives_the_bandwidth_from_the_total_read_time() {
+    // io_s/tok rounds to 0.000 here, the total io_s does not: 4.0 MiB / 0.016 s = 250 MiB/s.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.csv");
+    let info = RunInfo {
+        version: Some(2),
+        threads: Some(2),
+        moe_stream: Some(true),
+        io_threads: Some(4),
+        overlap: Some(false),
+        ..RunInfo::default()
+    };
+    let mut w = MetricsWriter::create(&path, &info).unwrap();
+    for i in 1..=40u64 {
+        w.write_row(&TokenRow {
+            step: Some(i),
+            steps: Some(40),
+            wall_ms: Some(10.0),
+            io_ms: Some(0.4),
+            read_bytes: Some(100 * 1024),
+            cpu_ms: Some(15.0),
+            ..TokenRow::default()
+        })
+        .unwrap();
+    }
+    let mut t = SummaryTrailer::new();
+    for (k, v) in [
+        ("tokens", "40"),
+        ("s/tok", "0.010"),
+        ("tok/s", "100.000"),
+        ("read_MiB", "4.0"),
+        ("io_s", "0.016"),
+        ("io_s/tok", "0.000"),
+    ] {
+        t.push(k, v);
+    }
+    w.write_summary(&t).unwrap();
+    drop(w);
+    let mut app = App::new(SourceKind::Replay, "replay small.csv", RunConfig::default());
+    for e in replay::load(&path).unwrap() {
+        app.push(e);
+    }
+    app.seek_tokens(usize::MAX);
+    let screen = render(&app, 100, 30);
+    assert!(
+        screen.contains("flash 0.10 MiB/tok · 250 MiB/s"),
+        "{screen}"
+    );
+}
+
+#[test]
 fn done_record_summary_200x60() {
     let mut lines = serial_lines();
     lines.push(
@@ -436,6 +528,61 @@ fn any_size_draws_without_panicking() {
             assert!(screen.contains("too") || w < 10, "{w}x{h}: {screen}");
         }
     }
+}
+
+#[test]
+fn an_unreadable_csv_row_is_named_by_its_file_line() {
+    // The drops file has a preamble of several `#` lines before its header: a row's number and
+    // its file line differ, and the panel must name the file line (as bmoe-analyze does).
+    let dir = tempfile::tempdir().unwrap();
+    let path = drops_csv(dir.path());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let header = lines.iter().position(|l| l.starts_with("step,")).unwrap();
+    assert!(
+        header >= 3,
+        "the preamble must be long enough to matter: {text}"
+    );
+    // Row 15 becomes unreadable; it sits on file line header + 1 + 15 (1-based).
+    let bad = header + 15;
+    let broken = lines[bad].replacen(|c: char| c.is_ascii_digit(), "x", 1);
+    lines[bad] = &broken;
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let want_line = (bad + 1) as u64;
+    assert_ne!(want_line, 15);
+
+    let events = replay::load(&path).unwrap();
+    let malformed: Vec<(u64, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Malformed { line, reason } => Some((*line, reason.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(malformed.len(), 1, "{malformed:?}");
+    assert_eq!(malformed[0].0, want_line, "{malformed:?}");
+    assert!(
+        malformed[0].1.starts_with("row unreadable"),
+        "{malformed:?}"
+    );
+    let tokens = events
+        .iter()
+        .filter(|e| matches!(e, Event::Token(..)))
+        .count();
+    assert_eq!(tokens, 14, "the rows before the bad one still replay");
+
+    let mut app = App::new(SourceKind::Replay, "replay drops.csv", RunConfig::default());
+    for e in events {
+        app.push(e);
+    }
+    app.seek_tokens(usize::MAX);
+    let screen = render(&app, 100, 30);
+    assert!(
+        screen.contains(&format!(
+            "1 malformed ignored (line {want_line}: row unreadable"
+        )),
+        "{screen}"
+    );
 }
 
 #[test]

@@ -208,6 +208,36 @@ fn replay_in_a_real_terminal_pauses_steps_seeks_and_quits() {
     t.wait_for("clean exit", |s| s.contains("EXIT=0"));
 }
 
+#[test]
+fn without_a_source_the_three_ways_are_listed_one_per_line() {
+    // stdin and stdout are the pane's terminal: no pipe, no --replay, no command.
+    let Some(t) = Tmux::start(bin(), 100, 24) else {
+        return;
+    };
+    let s = t.wait_for("exit with the hint", |s| s.contains("EXIT=1"));
+    let lines: Vec<&str> = s.lines().map(str::trim_end).collect();
+    let at = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{s}"))
+    };
+    let hint = at("hint: give bmoe-top one of three sources:");
+    let replay = at("  bmoe-top --replay run.csv ");
+    let spawn = at("  bmoe-top -- bmoe-cli ");
+    let pipe = at("  bmoe-cli … --progress | bmoe-top ");
+    assert_eq!(
+        (replay, spawn, pipe),
+        (hint + 1, hint + 2, hint + 3),
+        "one way per line, under the hint:\n{s}"
+    );
+    // Not one line that reads as a shell pipeline of three programs.
+    assert!(
+        !lines.iter().any(|l| l.contains("run.csv | bmoe-top")),
+        "{s}"
+    );
+}
+
 fn progress_line(i: u64, n: u64, text: &str) -> String {
     Progress {
         step: i,
@@ -635,4 +665,197 @@ fn session_with_the_real_engine_answers_cancels_and_continues() {
         .collect();
     turns.dedup();
     assert_eq!(turns.len(), 3, "turns in the CSV: {turns:?}");
+}
+
+#[test]
+fn f1_and_question_mark_open_help_esc_closes_it_then_quits_and_f10_quits() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_csv(dir.path(), 10);
+    let cmd = format!("{} --replay {} --paused", bin(), csv.display());
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    t.wait_for("first frame", |s| s.contains("token 0/10"));
+    t.keys(&["F1"]);
+    let s = t.wait_for("help by F1", |s| s.contains("pause / resume"));
+    assert!(s.contains("q  F10  Esc"), "{s}");
+    t.keys(&["Escape"]);
+    let s = t.wait_for("help closed by Esc", |s| !s.contains("pause / resume"));
+    assert!(
+        !s.contains("EXIT="),
+        "the first Esc only closes the help: {s}"
+    );
+    t.keys(&["?"]);
+    t.wait_for("help by ?", |s| s.contains("pause / resume"));
+    t.keys(&["F1"]);
+    t.wait_for("help closed by F1", |s| !s.contains("pause / resume"));
+    t.keys(&["Escape"]);
+    t.wait_for("Esc quits", |s| s.contains("EXIT=0"));
+
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    t.wait_for("first frame", |s| s.contains("token 0/10"));
+    t.keys(&["F10"]);
+    t.wait_for("F10 quits", |s| s.contains("EXIT=0"));
+}
+
+#[test]
+fn session_help_keys_leave_question_marks_in_prompts() {
+    // A stand-in session engine: announces nothing and reads requests until stdin closes.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("engine.sh");
+    std::fs::write(&script, "cat > /dev/null\n").unwrap();
+    let cmd = format!("{} --session -- sh {} --session", bin(), script.display());
+    let Some(t) = Tmux::start(&cmd, 80, 24) else {
+        return;
+    };
+    t.wait_for("prompt line", |s| s.contains("F1 help"));
+    t.keys(&["?"]);
+    let s = t.wait_for("help by ? on an empty prompt", |s| {
+        s.contains("send the prompt")
+    });
+    assert!(s.contains("Ctrl-D  F10"), "{s}");
+    t.keys(&["?"]);
+    t.wait_for("help closed by ?", |s| !s.contains("send the prompt"));
+    t.keys(&["F1"]);
+    t.wait_for("help by F1", |s| s.contains("send the prompt"));
+    t.keys(&["Escape"]);
+    t.wait_for("help closed by Esc", |s| !s.contains("send the prompt"));
+    let ok = Command::new("tmux")
+        .args(["-L", &t.socket, "send-keys", "-t", "t", "-l", "why?"])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let s = t.wait_for("? typed inside a prompt", |s| s.contains(" › why?█"));
+    assert!(!s.contains("send the prompt"), "{s}");
+    t.keys(&["F10"]);
+    t.wait_for("F10 quits a session", |s| s.contains("EXIT=0"));
+}
+
+/// The panel's `flash <MiB> MiB/tok · <MiB/s> MiB/s` figures, read off a screen.
+fn flash_figures(screen: &str) -> Option<(f64, f64)> {
+    let line = screen
+        .lines()
+        .find(|l| l.trim_start().starts_with("flash ") && l.contains("MiB/tok"))?;
+    let mut w = line.split_whitespace();
+    w.next();
+    let read = w.next()?.parse().ok()?;
+    w.next(); // MiB/tok
+    w.next(); // ·
+    let bw = w.next()?.parse().ok()?;
+    Some((read, bw))
+}
+
+/// The engine's own `moe-stream:` figures (`MiB/token` and `MiB/s`), read off the run pane,
+/// which shows the end-of-run lines as printed (wrapped at word boundaries).
+fn engine_moe_stream(screen: &str) -> (f64, f64) {
+    let pane: Vec<String> = screen
+        .lines()
+        .filter_map(|l| {
+            let start = l.find('│')? + '│'.len_utf8();
+            let end = start + l[start..].find('│')?;
+            Some(l[start..end].trim_end().to_string())
+        })
+        .collect();
+    let text = pane.join(" ");
+    let at = text
+        .find("moe-stream: read")
+        .unwrap_or_else(|| panic!("no moe-stream line in the run pane:\n{screen}"));
+    let line = &text[at..];
+    let number_before = |unit: &str| -> f64 {
+        let end = line
+            .find(unit)
+            .unwrap_or_else(|| panic!("no {unit:?} in {line}"));
+        line[..end]
+            .trim_end()
+            .rsplit([' ', '('])
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("no number before {unit:?} in {line}"))
+    };
+    (number_before(" MiB/token)"), number_before(" MiB/s)"))
+}
+
+/// The preamble's `key=value` of the engine's CSV.
+fn preamble_value(csv: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(csv).unwrap();
+    text.lines()
+        .take_while(|l| l.starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in the preamble of {text}"))
+        .to_string()
+}
+
+/// Runs the real engine under the panel (80 columns: the run pane is behind `t`) until it
+/// ends; the final screen and the details pane.
+fn attach_to_engine(extra: &str, csv: &Path) -> Option<(String, String)> {
+    let cli = engine_cli().or_else(|| {
+        eprintln!("skipping: bmoe-cli not found next to bmoe-top, in $BMOE_CLI or on PATH");
+        None
+    })?;
+    let cmd = format!(
+        "{} -- {} -p 'hello the' -n 8 --moe-stream --cache-mb 2 -t 1 --csv {}{extra}",
+        bin(),
+        cli.display(),
+        csv.display()
+    );
+    let t = Tmux::start(&cmd, 120, 40)?;
+    let end = t.wait_long("engine exit", 120, |s| s.contains("exit status: 0"));
+    t.keys(&["t"]);
+    let details = t.wait_for("details pane", |s| s.contains("reading as:"));
+    t.keys(&["q"]);
+    t.wait_for("clean exit", |s| s.contains("EXIT=0"));
+    Some((end, details))
+}
+
+fn assert_engine_figures(end: &str) {
+    // What the engine printed on its `moe-stream:` line is what the panel shows: the per-token
+    // read (to the panel's 2 decimals below 1 MiB) and the bandwidth (0 decimals, both).
+    let (want_read, want_bw) = engine_moe_stream(end);
+    let (shown_read, shown_bw) =
+        flash_figures(end).unwrap_or_else(|| panic!("no flash MiB/s figure on screen:\n{end}"));
+    assert!(
+        (shown_read - want_read).abs() < 0.051,
+        "MiB/tok {shown_read} vs the engine's {want_read}:\n{end}"
+    );
+    assert_eq!(shown_bw, want_bw, "MiB/s vs the engine's:\n{end}");
+}
+
+#[test]
+fn a_one_shot_engine_without_progress_gets_it_and_shows_the_engines_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("run.csv");
+    let Some((end, details)) = attach_to_engine("", &csv) else {
+        return;
+    };
+    assert!(end.contains("--progress added"), "{end}");
+    assert!(end.contains("token 8/8"), "{end}");
+    assert!(!end.contains("(waiting for text)"), "{end}");
+    assert_engine_figures(&end);
+    assert!(
+        details.contains("bmoe-top: added --progress"),
+        "the log says so: {details}"
+    );
+}
+
+#[test]
+fn with_progress_the_lanes_and_bandwidth_are_the_engines_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("run.csv");
+    let Some((end, details)) = attach_to_engine(" --progress", &csv) else {
+        return;
+    };
+    assert!(!end.contains("--progress added"), "{end}");
+    assert_engine_figures(&end);
+    // No --io-threads on the command line: the lanes are the engine's default, as its stderr
+    // streaming line (and its CSV preamble) states them.
+    let lanes = preamble_value(&csv, "io_threads");
+    assert!(
+        details.contains(&format!("compute threads, {lanes} I/O lanes")),
+        "lanes {lanes}: {details}"
+    );
+    assert!(end.contains(&format!("{lanes} lanes")), "header: {end}");
 }
