@@ -66,35 +66,34 @@ fn no_walls(path: &Path, trim: usize) -> AnalyzeError {
         Ok(file) => file,
         Err(e) => return AnalyzeError::from_telemetry(path, e),
     };
-    let (message, hint) = if file.header.is_empty() {
-        (
-            format!("{shown}: no header and no token rows (an empty file?)"),
-            "pass the metrics CSV of a run that generated tokens (`bmoe-cli --csv FILE`)"
-                .to_string(),
-        )
-    } else if !file.header.iter().any(|c| c == "wall_ms") {
-        (
-            format!(
+    // Each branch spells its hint out after `hint:`, where the hint-flag test reads it.
+    if file.header.is_empty() {
+        return AnalyzeError::Invalid {
+            message: format!("{shown}: no header and no token rows (an empty file?)"),
+            hint: "pass the metrics CSV of a run that generated tokens (`bmoe-cli --csv FILE`)"
+                .into(),
+        };
+    }
+    if !file.header.iter().any(|c| c == "wall_ms") {
+        return AnalyzeError::Invalid {
+            message: format!(
                 "{shown}: the header has no `wall_ms` column; metrics needs each token's wall time (columns: {})",
                 file.header.join(",")
             ),
-            "pass a bmoe metrics CSV (v0/v1/v2 all have wall_ms); the format is in docs/telemetry.md".to_string(),
-        )
-    } else {
-        let rows = file.rows.iter().filter(|r| r.wall_ms.is_some()).count();
-        if rows == 0 {
-            (
-                format!("{shown}: no token rows (the run stopped before its first token?)"),
-                "pass the metrics CSV of a run that generated tokens".to_string(),
-            )
-        } else {
-            (
-                format!("{shown}: --trim {trim} drops all {rows} token rows"),
-                format!("use a --trim below {rows}"),
-            )
-        }
-    };
-    AnalyzeError::Invalid { message, hint }
+            hint: "pass a bmoe metrics CSV (v0/v1/v2 all have wall_ms); the format is in docs/telemetry.md".into(),
+        };
+    }
+    let rows = file.rows.iter().filter(|r| r.wall_ms.is_some()).count();
+    if rows == 0 {
+        return AnalyzeError::Invalid {
+            message: format!("{shown}: no token rows (the run stopped before its first token?)"),
+            hint: "pass the metrics CSV of a run that generated tokens".into(),
+        };
+    }
+    AnalyzeError::Invalid {
+        message: format!("{shown}: --trim {trim} drops all {rows} token rows"),
+        hint: format!("use a --trim below {rows}"),
+    }
 }
 
 /// The `*.csv` files directly in `dir`, sorted so that runs are reported in a stable order.
@@ -132,7 +131,7 @@ pub fn loose_runs(
                 csvs.len()
             ),
             hint:
-                "drop --markdown to get one row per run, or pass a bench-analyze session directory"
+                "leave out --markdown to get one row per run, or pass a bench-analyze session directory"
                     .into(),
         });
     }

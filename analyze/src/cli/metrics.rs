@@ -82,26 +82,23 @@ fn plot_first(a: &MetricsArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let one_file = "pass exactly one metrics CSV file with --plot, or `--compare A B --plot`";
+    let one_run = |message: String| AnalyzeError::Invalid {
+        message,
+        hint: "pass exactly one metrics CSV file with --plot, or `--compare A B --plot`".into(),
+    };
     let [csv] = a.paths.as_slice() else {
-        return Err(AnalyzeError::Invalid {
-            message: format!(
-                "metrics --plot {}: the breakdown is drawn for one run, {} paths given",
-                out.display(),
-                a.paths.len()
-            ),
-            hint: one_file.into(),
-        });
+        return Err(one_run(format!(
+            "metrics --plot {}: the breakdown is drawn for one run, {} paths given",
+            out.display(),
+            a.paths.len()
+        )));
     };
     if csv.is_dir() {
-        return Err(AnalyzeError::Invalid {
-            message: format!(
-                "metrics --plot {}: {} is not one metrics CSV file",
-                out.display(),
-                csv.display()
-            ),
-            hint: one_file.into(),
-        });
+        return Err(one_run(format!(
+            "metrics --plot {}: {} is not one metrics CSV file",
+            out.display(),
+            csv.display()
+        )));
     }
     files::check_kind(csv)?;
     plot::token_breakdown(out, csv, a.trim)?;

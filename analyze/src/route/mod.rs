@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 
 use crate::table::Table;
 use crate::{AnalyzeError, Result};
+use matrix::empty_selection;
 pub use matrix::{CellMode, MatrixOptions, Span};
 
 /// One route-analyze view.
@@ -156,11 +157,25 @@ pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
             .filter
             .turn
             .map_or("None".to_string(), |v| v.to_string());
-        return Err(AnalyzeError::Empty(format!(
-            "{}: no rows for phase={} turn={turn} - is this a route trace?",
-            t.path.display(),
-            opt.filter.phase.name()
-        )));
+        return Err(AnalyzeError::Empty {
+            message: format!(
+                "{}: no rows for phase={} turn={turn} - is this a route trace?",
+                t.path.display(),
+                opt.filter.phase.name()
+            ),
+            hint: match (opt.filter.phase, opt.filter.turn) {
+                (Phase::All, None) => {
+                    "the trace has no routing rows: record one with `bmoe-cli --route-trace FILE` on a run that generates tokens".into()
+                }
+                (Phase::All, Some(_)) => {
+                    "leave out --turn to keep every turn (turns are numbered from 0)".into()
+                }
+                (_, None) => "add `--phase all` to keep prefill and decode rows".into(),
+                (_, Some(_)) => {
+                    "add `--phase all` to keep every phase, and leave out --turn to keep every turn".into()
+                }
+            },
+        });
     }
     let cells = Cells::build(&t.rows);
     let views = opt.view.expand();
@@ -180,10 +195,7 @@ pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
             View::Matrix => {
                 if !matrix::matrix(&mut out, t, &cells, &opt.matrix) {
                     if opt.view == View::Matrix {
-                        return Err(AnalyzeError::Empty(format!(
-                            "{}: no rows for that layer/step selection",
-                            t.path.display()
-                        )));
+                        return Err(empty_selection(t, &cells));
                     }
                     out.push_str("no rows for that layer/step selection\n");
                 }
@@ -254,10 +266,7 @@ pub fn tables(t: &RouteTrace, opt: &RouteOptions) -> Result<(serde_json::Value, 
         match v {
             View::Matrix => {
                 if opt.view == View::Matrix && matrix::selection(t, &cells, &opt.matrix).is_none() {
-                    return Err(AnalyzeError::Empty(format!(
-                        "{}: no rows for that layer/step selection",
-                        t.path.display()
-                    )));
+                    return Err(empty_selection(t, &cells));
                 }
                 out.push(tables::matrix(t, &cells, &opt.matrix));
             }

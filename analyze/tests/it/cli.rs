@@ -130,3 +130,54 @@ fn metrics_sidecar_replaces_only_the_extension() {
     let p = bmoe_analyze::metrics::sidecar_path(Path::new("/runs/a.csv.d/qwen_mmap.csv"));
     assert_eq!(p, Path::new("/runs/a.csv.d/qwen_mmap.metrics"));
 }
+
+/// The `hint:` line of a failed run (panics when the run did not fail with one).
+fn hint_of(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    err.lines()
+        .find_map(|l| l.strip_prefix("hint: "))
+        .unwrap_or_else(|| panic!("no hint line in {err:?}"))
+        .to_string()
+}
+
+#[test]
+fn empty_inputs_hint_at_flags_of_their_own_subcommand() {
+    let d = tempfile::tempdir().expect("tempdir");
+    // compute/io have no --phase or --turn: an empty trace says how to record one instead.
+    let compute = write(
+        d.path(),
+        "c.csv",
+        "# compute_trace v1\n# model=/m/t.gguf arch=toy n_layer=1 n_threads=1\nturn,phase,step,seq,layer,op,name,wall_ns,majflt\n",
+    );
+    let io = write(
+        d.path(),
+        "io.csv",
+        "# io_trace v1\n# model=/m/t.gguf arch=toy n_layer=1 n_threads=1 io_threads=1 o_direct=1 overlap=0\n\
+turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n",
+    );
+    for (sub, p) in [("compute", &compute), ("io", &io)] {
+        let out = run(&[sub, p]);
+        assert!(
+            text(&out.stderr).contains(&format!("error: {p}: no rows")),
+            "{sub}"
+        );
+        let hint = hint_of(&out);
+        assert!(
+            !hint.contains("--phase") && !hint.contains("--turn"),
+            "{sub}: {hint}"
+        );
+        assert!(hint.contains("`bmoe-cli --compute-trace FILE`"), "{hint}");
+    }
+    // route: the hint names the filter that emptied the selection, as a route flag.
+    let p = write(d.path(), "t.csv", ROUTE);
+    let hint = hint_of(&run(&["route", &p, "--phase", "prefill"]));
+    assert_eq!(hint, "add `--phase all` to keep prefill and decode rows");
+    let hint = hint_of(&run(&["route", &p, "--phase", "all", "--turn", "3"]));
+    assert_eq!(
+        hint,
+        "leave out --turn to keep every turn (turns are numbered from 0)"
+    );
+    // The hinted command works.
+    assert!(run(&["route", &p, "--phase", "all"]).status.success());
+}

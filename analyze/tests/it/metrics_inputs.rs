@@ -61,7 +61,7 @@ fn a_directory_of_runs_without_matrix_names_is_reported_run_by_run() {
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
     assert_eq!(v.as_array().map(Vec::len), Some(8), "{v:#}");
     let md = run(&["metrics", &d, "--markdown", "/nonexistent/x.md"]);
-    assert_fails(&md, "no bench matrix run", "drop --markdown");
+    assert_fails(&md, "no bench matrix run", "leave out --markdown");
 }
 
 #[test]
