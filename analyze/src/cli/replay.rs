@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use bmoe_analyze::route::{Phase, RouteFilter};
-use bmoe_analyze::{AnalyzeError, Result, plot, replay};
+use bmoe_analyze::{AnalyzeError, Result, plot, replay, table};
 use clap::Args;
 
 use super::Format;
@@ -66,7 +66,7 @@ pub fn run(a: &ReplayArgs) -> Result<String> {
     let mut text = match a.format {
         Format::Text => rep.text(),
         Format::Json => format!("{:#}\n", rep.json()),
-        Format::Csv => rep.curve_csv(),
+        Format::Csv => table::to_csv(&rep.tables()),
     };
     if let Some(path) = &a.csv {
         std::fs::write(path, rep.curve_csv()).map_err(|e| AnalyzeError::io(path, e))?;

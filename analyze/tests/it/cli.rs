@@ -181,3 +181,114 @@ turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_
     // The hinted command works.
     assert!(run(&["route", &p, "--phase", "all"]).status.success());
 }
+
+/// The budget column of the text table's rows (the lines after the `(MiB)` header).
+fn budget_rows(text: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("(MiB)"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn replay_labels_budgets_that_rounding_would_merge_as_given() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(d.path(), "t.csv", ROUTE);
+    let curve = d.path().join("curve.csv").display().to_string();
+    let out = run(&[
+        "replay",
+        &p,
+        "--budgets",
+        "0.5,0.9,1",
+        "--policies",
+        "lru",
+        "--csv",
+        &curve,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(budget_rows(&text(&out.stdout)), ["0.5", "0.9", "1"]);
+    let file = std::fs::read_to_string(&curve).expect("curve file");
+    let first: Vec<&str> = file
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').next())
+        .collect();
+    assert_eq!(first, ["0.5", "0.9", "1"]);
+    // Labels the reference's %.0f keeps apart stay as the reference prints them (golden
+    // `budgets-0,100.5` pins `100`).
+    let out = run(&[
+        "replay",
+        &p,
+        "--budgets",
+        "0,100.5,250",
+        "--policies",
+        "lru",
+    ]);
+    assert_eq!(budget_rows(&text(&out.stdout)), ["0", "100", "250"]);
+}
+
+#[test]
+fn replay_csv_is_the_json_curve_unrounded_with_its_table_line() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(d.path(), "t.csv", ROUTE);
+    let args = [
+        "replay",
+        &p,
+        "--budgets",
+        "0.5,1,3",
+        "--policies",
+        "lru,layer",
+        "--validate",
+        "2",
+    ];
+    let with = |format: &'static str| {
+        let mut v = args.to_vec();
+        v.extend(["--format", format]);
+        v
+    };
+    let csv = text(&run(&with("csv")).stdout);
+    let json: serde_json::Value = serde_json::from_slice(&run(&with("json")).stdout).expect("json");
+    let sections: Vec<&str> = csv.split("\n\n").collect();
+    assert_eq!(sections.len(), 2, "{csv}");
+    let mut lines = sections[0].lines();
+    assert_eq!(lines.next(), Some("# table=curve"));
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    assert_eq!(
+        header,
+        [
+            "budget_mib",
+            "policy",
+            "hit_pct_cum",
+            "hit_pct_decode",
+            "read_mib",
+            "peak_resident_mib",
+            "lookups"
+        ]
+    );
+    let rows: Vec<&str> = lines.collect();
+    let curve = json["curve"].as_array().expect("curve");
+    assert_eq!(rows.len(), curve.len());
+    for (row, want) in rows.iter().zip(curve) {
+        for (cell, col) in row.split(',').zip(&header) {
+            let v = &want[*col];
+            match v.as_str() {
+                Some(s) => assert_eq!(cell, s),
+                // Unrounded: the CSV cell parses back to the JSON number exactly.
+                None => assert_eq!(cell.parse::<f64>().ok(), v.as_f64(), "{col} in {row}"),
+            }
+        }
+    }
+    assert_eq!(rows[0].split(',').next(), Some("0.5"));
+    let validation: Vec<&str> = sections[1].lines().collect();
+    assert_eq!(validation[0], "# table=validation");
+    assert_eq!(
+        validation[1],
+        "budget_mib,policy,hit_pct_cum,hit_pct_decode"
+    );
+    let v = &json["validation"];
+    let cells: Vec<&str> = validation[2].split(',').collect();
+    assert_eq!(cells[1], "lru");
+    assert_eq!(cells[3].parse::<f64>().ok(), v["hit_pct_decode"].as_f64());
+}
