@@ -103,6 +103,9 @@ pub fn run(a: &RouteArgs) -> Result<String> {
         }
         Format::Csv => table::to_csv(&route::tables(&trace, &opt)?.1),
     };
+    if let Some(note) = route::empty_matrix_note(&trace, &opt) {
+        super::print_note(note);
+    }
     if let Some(path) = &a.plot {
         draw(path, a, &trace, &opt)?;
         super::plotted(path);

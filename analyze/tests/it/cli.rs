@@ -51,9 +51,10 @@ fn empty_and_filtered_out_inputs_fail_on_stderr() {
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert!(text(&out.stderr).contains("no rows for phase=prefill turn=None"));
+    // An empty matrix selection is the reference's line with exit 0 (the note says why).
     let out = run(&["route", &p, "--view", "matrix", "--layers", "7"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("no rows for that layer/step selection"));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).ends_with("\nno rows for that layer/step selection\n"));
     let out = run(&["route", &p, "--view", "hot", "--top", "1"]);
     assert!(out.status.success());
     assert!(
@@ -291,4 +292,57 @@ fn replay_csv_is_the_json_curve_unrounded_with_its_table_line() {
     let cells: Vec<&str> = validation[2].split(',').collect();
     assert_eq!(cells[1], "lru");
     assert_eq!(cells[3].parse::<f64>().ok(), v["hit_pct_decode"].as_f64());
+}
+
+#[test]
+fn an_empty_matrix_selection_prints_the_reference_line_and_a_note() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(d.path(), "t.csv", ROUTE);
+    let header = text(&run(&["route", &p, "--view", "matrix", "--steps", "5"]).stdout);
+    let header = header
+        .split("\n=== step x layer matrix")
+        .next()
+        .expect("header");
+    let note = format!(
+        "note: {p}: the matrix selection (--layers, --steps) holds no cell; the decode rows have steps 5-6 and layers 0-1\n"
+    );
+    for args in [
+        ["--steps", "5000-6000"],
+        ["--layers", "40-47"],
+        ["--steps=-3", "--layers=0-1"],
+    ] {
+        let mut argv = vec!["route", p.as_str(), "--view", "matrix"];
+        argv.extend(args);
+        let out = run(&argv);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let stdout = text(&out.stdout);
+        // The reference: its header, then the one line (no matrix title).
+        assert_eq!(
+            stdout.strip_suffix("no rows for that layer/step selection\n"),
+            Some(header),
+            "{args:?}"
+        );
+        assert_eq!(text(&out.stderr), note, "{args:?}");
+    }
+    // A plot of nothing is an error whose hint names route's own selection flags, and the
+    // hinted flags work.
+    let svg = d.path().join("m.svg").display().to_string();
+    for args in [["--steps", "5000"], ["--max-steps", "0"]] {
+        let mut argv = vec!["route", p.as_str(), "--view", "matrix", "--plot", &svg];
+        argv.extend(args);
+        assert_eq!(
+            hint_of(&run(&argv)),
+            "choose --steps and --layers within the rows' steps 5-6 and layers 0-1 (without --steps, a --max-steps above 0)",
+            "{args:?}"
+        );
+    }
+    let out = run(&[
+        "route", &p, "--view", "matrix", "--steps", "5-6", "--layers", "0-1", "--plot", &svg,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
