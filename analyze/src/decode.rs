@@ -70,7 +70,10 @@ pub(crate) fn select<T>(
     phase: impl Fn(&T) -> u8,
 ) -> Result<(Vec<T>, bool)> {
     if rows.is_empty() {
-        return Err(AnalyzeError::Empty(format!("{}: no rows", path.display())));
+        return Err(AnalyzeError::Empty {
+            message: format!("{}: no rows", path.display()),
+            hint: "the trace has its header but no rows (the run ended before its first traced step?); record a run that generates tokens (`bmoe-cli --compute-trace FILE` or `bmoe-cli --io-trace FILE`)".into(),
+        });
     }
     let has_decode = rows.iter().any(|r| phase(r) == 1);
     if has_decode {

@@ -37,8 +37,14 @@ pub enum AnalyzeError {
         why: String,
     },
     /// Nothing to analyse after reading and filtering.
-    #[error("{0}")]
-    Empty(String),
+    #[error("{message}")]
+    Empty {
+        /// What was empty, and after which filters.
+        message: String,
+        /// What to do: the filter to widen or the input to pass, in the words of the command
+        /// that failed (a filter one command has is not a flag of another).
+        hint: String,
+    },
     /// A telemetry file the contract reader rejected.
     #[error("{0}")]
     Telemetry(String),
@@ -114,8 +120,7 @@ impl AnalyzeError {
                 "record the trace with a bmoe version that writes this column, or pick another view".into()
             }
             Self::Telemetry(_) => "check that the file is the kind of trace this command reads (docs/telemetry.md)".into(),
-            Self::Empty(_) => "check the file and the --phase/--turn filters (try --phase all)".into(),
-            Self::Invalid { hint, .. } => hint.clone(),
+            Self::Empty { hint, .. } | Self::Invalid { hint, .. } => hint.clone(),
         }
     }
 }

@@ -2,6 +2,8 @@
 //! tables for bmoe traces. Data goes to stdout; errors go to stderr with a `hint:` line.
 
 mod cli;
+#[cfg(test)]
+mod hint_check;
 
 use std::io::Write as _;
 use std::process::ExitCode;

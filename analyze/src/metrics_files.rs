@@ -66,35 +66,34 @@ fn no_walls(path: &Path, trim: usize) -> AnalyzeError {
         Ok(file) => file,
         Err(e) => return AnalyzeError::from_telemetry(path, e),
     };
-    let (message, hint) = if file.header.is_empty() {
-        (
-            format!("{shown}: no header and no token rows (an empty file?)"),
-            "pass the metrics CSV of a run that generated tokens (`bmoe-cli --csv FILE`)"
-                .to_string(),
-        )
-    } else if !file.header.iter().any(|c| c == "wall_ms") {
-        (
-            format!(
+    // Each branch spells its hint out after `hint:`, where the hint-flag test reads it.
+    if file.header.is_empty() {
+        return AnalyzeError::Invalid {
+            message: format!("{shown}: no header and no token rows (an empty file?)"),
+            hint: "pass the metrics CSV of a run that generated tokens (`bmoe-cli --csv FILE`)"
+                .into(),
+        };
+    }
+    if !file.header.iter().any(|c| c == "wall_ms") {
+        return AnalyzeError::Invalid {
+            message: format!(
                 "{shown}: the header has no `wall_ms` column; metrics needs each token's wall time (columns: {})",
                 file.header.join(",")
             ),
-            "pass a bmoe metrics CSV (v0/v1/v2 all have wall_ms); the format is in docs/telemetry.md".to_string(),
-        )
-    } else {
-        let rows = file.rows.iter().filter(|r| r.wall_ms.is_some()).count();
-        if rows == 0 {
-            (
-                format!("{shown}: no token rows (the run stopped before its first token?)"),
-                "pass the metrics CSV of a run that generated tokens".to_string(),
-            )
-        } else {
-            (
-                format!("{shown}: --trim {trim} drops all {rows} token rows"),
-                format!("use a --trim below {rows}"),
-            )
-        }
-    };
-    AnalyzeError::Invalid { message, hint }
+            hint: "pass a bmoe metrics CSV (v0/v1/v2 all have wall_ms); the format is in docs/telemetry.md".into(),
+        };
+    }
+    let rows = file.rows.iter().filter(|r| r.wall_ms.is_some()).count();
+    if rows == 0 {
+        return AnalyzeError::Invalid {
+            message: format!("{shown}: no token rows (the run stopped before its first token?)"),
+            hint: "pass the metrics CSV of a run that generated tokens".into(),
+        };
+    }
+    AnalyzeError::Invalid {
+        message: format!("{shown}: --trim {trim} drops all {rows} token rows"),
+        hint: format!("use a --trim below {rows}"),
+    }
 }
 
 /// The `*.csv` files directly in `dir`, sorted so that runs are reported in a stable order.
@@ -108,19 +107,145 @@ pub fn csv_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(inside)
 }
 
+/// The `*.csv` files in the subdirectories of `dir`, at any depth, sorted by path. Hidden
+/// directories are skipped: `bmoe-bench` writes a run into `.<rep>.tmp/` and renames it once
+/// complete, so a dot directory is a run in flight or one killed mid-way.
+pub fn csv_files_below(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| AnalyzeError::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|q| {
+            q.is_dir()
+                && !q
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    subdirs.sort();
+    for sub in subdirs {
+        out.extend(csv_files(&sub)?);
+        out.extend(csv_files_below(&sub)?);
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Whether `dir` is a `bmoe-bench sweep` results directory (its `results.jsonl` log).
+fn is_bench_results(dir: &Path) -> bool {
+    dir.join("results.jsonl").is_file()
+}
+
+/// What a directory without any CSV holds, for the error that says so: `2 subdirectories,
+/// 3 other files (results.jsonl, plan.json, manifest.toml)`, or `nothing`.
+fn describe_contents(dir: &Path) -> Result<String> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| AnalyzeError::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    let dirs = entries.iter().filter(|p| p.is_dir()).count();
+    let files: Vec<String> = entries
+        .iter()
+        .filter(|p| !p.is_dir())
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    if dirs == 0 && files.is_empty() {
+        return Ok("nothing (an empty directory)".into());
+    }
+    let mut parts = Vec::new();
+    if dirs > 0 {
+        parts.push(format!(
+            "{dirs} subdirector{}",
+            if dirs == 1 { "y" } else { "ies" }
+        ));
+    }
+    if !files.is_empty() {
+        let shown: Vec<&str> = files.iter().take(5).map(String::as_str).collect();
+        let more = if files.len() > shown.len() {
+            ", …"
+        } else {
+            ""
+        };
+        parts.push(format!(
+            "{} other file{} ({}{more})",
+            files.len(),
+            if files.len() == 1 { "" } else { "s" },
+            shown.join(", ")
+        ));
+    }
+    Ok(parts.join(", "))
+}
+
+/// The error for a directory with no `*.csv` file, neither in it nor below it.
+fn no_csv_in(dir: &Path) -> Result<AnalyzeError> {
+    let message = format!(
+        "{}: no *.csv file in this directory or its subdirectories; it holds {}",
+        dir.display(),
+        describe_contents(dir)?
+    );
+    Ok(if is_bench_results(dir) {
+        AnalyzeError::Invalid {
+            message,
+            hint: format!(
+                "this is a bmoe-bench results directory without finished runs; once runs have written their metrics.csv, `bmoe-bench report {}` gives the per-cell table",
+                dir.display()
+            ),
+        }
+    } else {
+        AnalyzeError::Invalid {
+            message,
+            hint: "pass a bench-analyze session directory (<model>_<config>.csv files), metrics CSV files, or a directory holding them".into(),
+        }
+    })
+}
+
 /// Whether directory `dir` is reported run by run rather than as a bench-analyze session.
 ///
 /// A directory that holds CSVs but none of bench-analyze's `<model>_<config>.csv` matrix files
-/// would give empty bench tables, so its runs are listed instead (said in a note); asking for
-/// the bench markdown of such a directory is an error. A directory with no CSV at all keeps the
-/// reference's (empty) tables.
+/// would give empty bench tables, so its runs are listed instead (said in a note); so are the
+/// CSVs of its subdirectories when it has none of its own (a `bmoe-bench` results directory
+/// keeps each run's `metrics.csv` three levels down). Asking for the bench markdown of such a
+/// directory is an error, and so is a directory without any CSV (the reference printed empty
+/// tables for it).
 pub fn loose_runs(
     dir: &Path,
     markdown: Option<&Path>,
     note: &mut dyn FnMut(String),
 ) -> Result<bool> {
     let csvs = csv_files(dir)?;
-    if csvs.is_empty() || !metrics::bench_dir(dir)?.runs.is_empty() {
+    if csvs.is_empty() {
+        let below = csv_files_below(dir)?;
+        if below.is_empty() {
+            return Err(no_csv_in(dir)?);
+        }
+        if let Some(md) = markdown {
+            return Err(AnalyzeError::Invalid {
+                message: format!(
+                    "metrics {} --markdown {}: no bench matrix run (<model>_<config>.csv) in the directory itself, {} CSV file(s) in its subdirectories",
+                    dir.display(),
+                    md.display(),
+                    below.len()
+                ),
+                hint: "leave out --markdown to get one row per run, or pass a bench-analyze session directory".into(),
+            });
+        }
+        let also = if is_bench_results(dir) {
+            format!(
+                "; for per-cell means across repetitions (warm-ups left out) use `bmoe-bench report {}`",
+                dir.display()
+            )
+        } else {
+            String::new()
+        };
+        note(format!(
+            "{}: no CSV file in the directory itself; reporting the {} CSV file(s) of its subdirectories run by run{also}",
+            dir.display(),
+            below.len()
+        ));
+        return Ok(true);
+    }
+    if !metrics::bench_dir(dir)?.runs.is_empty() {
         return Ok(false);
     }
     if let Some(md) = markdown {
@@ -132,7 +257,7 @@ pub fn loose_runs(
                 csvs.len()
             ),
             hint:
-                "drop --markdown to get one row per run, or pass a bench-analyze session directory"
+                "leave out --markdown to get one row per run, or pass a bench-analyze session directory"
                     .into(),
         });
     }
@@ -154,12 +279,12 @@ pub fn expand(paths: &[PathBuf], note: &mut dyn FnMut(String)) -> Result<Vec<Pat
             files.push(p.clone());
             continue;
         }
-        let inside = csv_files(p)?;
+        let mut inside = csv_files(p)?;
         if inside.is_empty() {
-            return Err(AnalyzeError::Invalid {
-                message: format!("{}: no *.csv file in this directory", p.display()),
-                hint: "pass metrics CSV files or a directory holding them".into(),
-            });
+            inside = csv_files_below(p)?;
+        }
+        if inside.is_empty() {
+            return Err(no_csv_in(p)?);
         }
         for q in inside {
             if is_metrics_csv(&q) {

@@ -13,7 +13,9 @@ use std::path::Path;
 use crate::mt19937::PyRandom;
 use crate::pyfmt::f;
 use crate::route::RouteTrace;
+use crate::table::{Table, num};
 use crate::{AnalyzeError, Result};
+use serde_json::json;
 
 /// An eviction policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -668,9 +670,9 @@ impl ReplayReport {
             let _ = write!(out, " {:>9}", "hit%");
         }
         out.push('\n');
-        for row in self.curve.chunks(self.policies.len().max(1)) {
-            let Some(first) = row.first() else { continue };
-            let _ = write!(out, "{:<8}", f(first.budget_mib, 0));
+        let labels = self.budget_labels();
+        for (row, label) in self.curve.chunks(self.policies.len().max(1)).zip(&labels) {
+            let _ = write!(out, "{label:<8}");
             for c in row {
                 let _ = write!(out, " {:>9}", f(c.result.dec_hit_pct(), 1));
             }
@@ -682,20 +684,93 @@ impl ReplayReport {
         out
     }
 
-    /// The `--csv` curve file.
+    /// The label of each budget row, in sweep order: `%.0f` as the reference prints it, unless
+    /// that would give two different budgets the same label (`0.5,0.9,1` → `0`, `1`, `1`);
+    /// then every budget is labelled as given (`0.5`, `0.9`, `1`: Rust's shortest round-trip
+    /// form of the number parsed from `--budgets`).
+    #[must_use]
+    pub fn budget_labels(&self) -> Vec<String> {
+        let budgets: Vec<f64> = self
+            .curve
+            .chunks(self.policies.len().max(1))
+            .filter_map(|row| row.first().map(|c| c.budget_mib))
+            .collect();
+        let rounded: Vec<String> = budgets.iter().map(|&b| f(b, 0)).collect();
+        let ambiguous = budgets.iter().enumerate().any(|(i, &a)| {
+            budgets[..i]
+                .iter()
+                .zip(&rounded)
+                .any(|(&b, label)| b != a && *label == rounded[i])
+        });
+        if ambiguous {
+            budgets.iter().map(|b| b.to_string()).collect()
+        } else {
+            rounded
+        }
+    }
+
+    /// The `--csv` curve file (the reference's columns and rounding; budgets labelled as in
+    /// the text, [`Self::budget_labels`]).
     #[must_use]
     pub fn curve_csv(&self) -> String {
         let mut out = String::from("budget_mib,policy,hit_pct_cum,hit_pct_decode,read_mib\n");
-        for c in &self.curve {
+        let labels = self.budget_labels();
+        let per_row = self.policies.len().max(1);
+        for (i, c) in self.curve.iter().enumerate() {
             let _ = writeln!(
                 out,
                 "{},{},{},{},{}",
-                f(c.budget_mib, 0),
+                labels.get(i / per_row).map_or("", String::as_str),
                 c.policy.name(),
                 f(c.result.hit_pct(), 3),
                 f(c.result.dec_hit_pct(), 3),
                 f(c.result.read_bytes as f64 / 1_048_576.0, 1)
             );
+        }
+        out
+    }
+
+    /// `--format csv`: the `curve` table, one row per (budget, policy) with the figures of
+    /// `--format json`'s `curve` unrounded (budget as parsed, `peak_resident_mib`, `lookups`),
+    /// and with `--validate` the `validation` table.
+    #[must_use]
+    pub fn tables(&self) -> Vec<Table> {
+        let mut curve = Table::new(
+            "curve",
+            &[
+                "budget_mib",
+                "policy",
+                "hit_pct_cum",
+                "hit_pct_decode",
+                "read_mib",
+                "peak_resident_mib",
+                "lookups",
+            ],
+        );
+        for c in &self.curve {
+            curve.push(vec![
+                num(c.budget_mib),
+                json!(c.policy.name()),
+                num(c.result.hit_pct()),
+                num(c.result.dec_hit_pct()),
+                num(c.result.read_bytes as f64 / 1_048_576.0),
+                num(c.result.peak_bytes as f64 / 1_048_576.0),
+                json!(c.result.lookups),
+            ]);
+        }
+        let mut out = vec![curve];
+        if let Some((v, r)) = self.validation {
+            let mut t = Table::new(
+                "validation",
+                &["budget_mib", "policy", "hit_pct_cum", "hit_pct_decode"],
+            );
+            t.push(vec![
+                num(v),
+                json!("lru"),
+                num(r.hit_pct()),
+                num(r.dec_hit_pct()),
+            ]);
+            out.push(t);
         }
         out
     }

@@ -54,13 +54,21 @@ impl Table {
 
     fn csv(&self, out: &mut String) {
         out.push_str(&format!("# table={}\n", self.name));
-        out.push_str(&self.columns.join(","));
+        out.push_str(&self.plain_csv());
+    }
+
+    /// The table alone as a plain CSV: one header line and the rows, no `#` line, which is
+    /// what pandas, DuckDB or a spreadsheet load without options (`--table`, `--out-dir`).
+    #[must_use]
+    pub fn plain_csv(&self) -> String {
+        let mut out = self.columns.join(",");
         out.push('\n');
         for r in &self.rows {
             let cells: Vec<String> = r.iter().map(csv_cell).collect();
             out.push_str(&cells.join(","));
             out.push('\n');
         }
+        out
     }
 }
 
@@ -119,6 +127,7 @@ mod tests {
             to_csv(&[t.clone()]),
             "# table=ops\nop,ms\nMUL_MAT,1.5\n\"a,\"\"b\"\"\",\n"
         );
+        assert_eq!(t.plain_csv(), "op,ms\nMUL_MAT,1.5\n\"a,\"\"b\"\"\",\n");
         let v: Value = serde_json::from_str(&to_json(json!({"n": 1}), &[t])).unwrap();
         assert_eq!(v["ops"][0]["op"], "MUL_MAT");
         assert_eq!(v["ops"][1]["ms"], Value::Null);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use bmoe_analyze::{Result, decode, plot};
 use clap::Args;
 
-use super::Format;
+use super::{CsvTables, Format};
 
 /// The arguments of `compute` (the fields' doc comments are their `--help` text).
 #[derive(Args, Debug)]
@@ -22,6 +22,8 @@ pub struct ComputeArgs {
     /// Output format (json/csv: the ops or segments table, and layers with --layers).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    #[command(flatten)]
+    tables: CsvTables,
     /// Also draw the compute share by op (or layer segment) as SVG or PNG.
     #[arg(long, value_name = "OUT.svg|OUT.png")]
     plot: Option<PathBuf>,
@@ -29,6 +31,7 @@ pub struct ComputeArgs {
 
 /// Runs `compute`: the report in the chosen format, and the plot if asked for.
 pub fn run(a: &ComputeArgs) -> Result<String> {
+    a.tables.check(a.format)?;
     if let Some(out) = &a.plot {
         plot::check_path(out)?;
     }
@@ -41,5 +44,5 @@ pub fn run(a: &ComputeArgs) -> Result<String> {
         plot::compute_share(out, &report)?;
         super::plotted(out);
     }
-    Ok(super::decode_report(&a.trace, report, a.format))
+    super::decode_report(&a.trace, report, a.format, &a.tables)
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use bmoe_analyze::{AnalyzeError, Result, drop, plot, table};
 use clap::Args;
 
-use super::{Format, Outcome};
+use super::{CsvTables, Format, Outcome};
 
 /// The arguments of `drop` (the fields' doc comments are their `--help` text).
 #[derive(Args, Debug)]
@@ -16,6 +16,8 @@ pub struct DropArgs {
     /// Output format (json/csv: the threshold, static-k and phases tables, one row per file and phase).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    #[command(flatten)]
+    csv: CsvTables,
     /// Also draw flash saved vs weight mass lost per phase (cache-aware thresholds and the
     /// static top-k cut) as SVG or PNG; needs exactly one trace.
     #[arg(long, value_name = "OUT.svg|OUT.png")]
@@ -25,6 +27,7 @@ pub struct DropArgs {
 /// Runs `drop`. A lone failing trace is the command's error; when some traces were reported and
 /// others not, the reports are printed and the errors follow ([`Outcome::Partial`]).
 pub fn run(a: &DropArgs) -> Result<Outcome> {
+    a.csv.check(a.format)?;
     if let Some(path) = &a.plot {
         plot::check_path(path)?;
         if a.traces.len() != 1 {
@@ -55,7 +58,7 @@ pub fn run(a: &DropArgs) -> Result<Outcome> {
             Format::Json => {
                 text = table::to_json(serde_json::json!({"files": a.traces}), &tables);
             }
-            Format::Csv => text = table::to_csv(&tables),
+            Format::Csv => text = a.csv.render(&tables)?,
         }
     }
     if errors.is_empty() {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use bmoe_analyze::{Result, decode, plot};
 use clap::Args;
 
-use super::Format;
+use super::{CsvTables, Format};
 
 /// The arguments of `io` (the fields' doc comments are their `--help` text).
 #[derive(Args, Debug)]
@@ -19,6 +19,8 @@ pub struct IoArgs {
     /// Output format (json: header figures and the latency, sizes, lanes tables; csv: the tables).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    #[command(flatten)]
+    tables: CsvTables,
     /// Also draw the per-read latency CDF (all lanes and each lane) as SVG or PNG.
     #[arg(long, value_name = "OUT.svg|OUT.png")]
     plot: Option<PathBuf>,
@@ -26,6 +28,7 @@ pub struct IoArgs {
 
 /// Runs `io`: the report in the chosen format, and the plot if asked for.
 pub fn run(a: &IoArgs) -> Result<String> {
+    a.tables.check(a.format)?;
     if let Some(out) = &a.plot {
         plot::check_path(out)?;
     }
@@ -34,5 +37,5 @@ pub fn run(a: &IoArgs) -> Result<String> {
         plot::io_latency_cdf(out, &a.trace)?;
         super::plotted(out);
     }
-    Ok(super::decode_report(&a.trace, report, a.format))
+    super::decode_report(&a.trace, report, a.format, &a.tables)
 }

@@ -9,7 +9,7 @@ use bmoe_analyze::metrics_tables as tables;
 use bmoe_analyze::{AnalyzeError, Result, plot, table};
 use clap::Args;
 
-use super::Format;
+use super::{CsvTables, Format};
 
 /// The arguments of `metrics` (the fields' doc comments are their `--help` text).
 #[derive(Args, Debug)]
@@ -33,6 +33,8 @@ pub struct MetricsArgs {
     /// Output format (json/csv: per-run statistics, or the --compare ratio).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    #[command(flatten)]
+    tables: CsvTables,
     /// Also draw one run's per-token time breakdown (compute / flash wait / mgmt /
     /// unattributed, stacked) as SVG or PNG; needs exactly one metrics CSV. With --compare:
     /// both runs' per-token wall times and their ECDFs, titled with the A/B ratio and its CI.
@@ -43,6 +45,7 @@ pub struct MetricsArgs {
 /// Runs `metrics` in the mode its arguments select: `--compare`, one session directory, or
 /// any number of metrics CSVs and directories of them.
 pub fn run(a: &MetricsArgs) -> Result<String> {
+    a.tables.check(a.format)?;
     plot_first(a)?;
     if let Some(pair) = &a.compare {
         return compare(a, &pair[0], &pair[1]);
@@ -56,7 +59,7 @@ pub fn run(a: &MetricsArgs) -> Result<String> {
     let runs = files::read_runs(&files::expand(&a.paths, &mut super::print_note)?, a.trim)?;
     Ok(match a.format {
         Format::Json => format!("{:#}\n", metrics::runs_json(&runs)),
-        Format::Csv => table::to_csv(&[tables::runs_table(&runs)]),
+        Format::Csv => a.tables.render(&[tables::runs_table(&runs)])?,
         Format::Text => metrics::runs_table(&runs),
     })
 }
@@ -82,26 +85,23 @@ fn plot_first(a: &MetricsArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let one_file = "pass exactly one metrics CSV file with --plot, or `--compare A B --plot`";
+    let one_run = |message: String| AnalyzeError::Invalid {
+        message,
+        hint: "pass exactly one metrics CSV file with --plot, or `--compare A B --plot`".into(),
+    };
     let [csv] = a.paths.as_slice() else {
-        return Err(AnalyzeError::Invalid {
-            message: format!(
-                "metrics --plot {}: the breakdown is drawn for one run, {} paths given",
-                out.display(),
-                a.paths.len()
-            ),
-            hint: one_file.into(),
-        });
+        return Err(one_run(format!(
+            "metrics --plot {}: the breakdown is drawn for one run, {} paths given",
+            out.display(),
+            a.paths.len()
+        )));
     };
     if csv.is_dir() {
-        return Err(AnalyzeError::Invalid {
-            message: format!(
-                "metrics --plot {}: {} is not one metrics CSV file",
-                out.display(),
-                csv.display()
-            ),
-            hint: one_file.into(),
-        });
+        return Err(one_run(format!(
+            "metrics --plot {}: {} is not one metrics CSV file",
+            out.display(),
+            csv.display()
+        )));
     }
     files::check_kind(csv)?;
     plot::token_breakdown(out, csv, a.trim)?;
@@ -118,7 +118,9 @@ fn compare(a: &MetricsArgs, path_a: &Path, path_b: &Path) -> Result<String> {
     }
     Ok(match a.format {
         Format::Text => metrics::compare(&x, &y)?,
-        Format::Csv => table::to_csv(&[tables::compare_table(path_a, path_b, &x, &y)]),
+        Format::Csv => a
+            .tables
+            .render(&[tables::compare_table(path_a, path_b, &x, &y)])?,
         Format::Json => format!("{:#}\n", tables::compare_json(&x, &y)),
     })
 }
@@ -141,7 +143,7 @@ fn session_dir(a: &MetricsArgs, dir: &Path) -> Result<String> {
                 serde_json::json!({"dir": dir.display().to_string()}),
                 &tables,
             ),
-            _ => table::to_csv(&tables),
+            _ => a.tables.render(&tables)?,
         });
     }
     let mut out = bench.text;

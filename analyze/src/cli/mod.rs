@@ -12,12 +12,13 @@ pub mod replay;
 pub mod route;
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bmoe_analyze::route::{RouteFilter, RouteTrace};
+use bmoe_analyze::table::Table;
 use bmoe_analyze::{AnalyzeError, Result, decode, table};
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
 
 /// `--format` of every analysis.
 // The variants have no doc comments on purpose: clap would add them to `--help`, which lists
@@ -27,6 +28,97 @@ pub enum Format {
     Text,
     Json,
     Csv,
+}
+
+/// `--table` and `--out-dir`: the tables of `--format csv` as plain CSV files, one header and
+/// no `#` line each, which pandas or DuckDB load as they are (the default stream of
+/// `# table=` sections is one file holding several tables).
+#[derive(Args, Debug, Clone, Default)]
+pub struct CsvTables {
+    /// With --format csv: print only this table, as a plain CSV (one header line, no `#` lines).
+    #[arg(long, value_name = "NAME")]
+    table: Option<String>,
+    /// With --format csv: write each table to DIR/<name>.csv (plain CSV) instead of stdout.
+    #[arg(long, value_name = "DIR")]
+    out_dir: Option<PathBuf>,
+}
+
+impl CsvTables {
+    /// Refuses `--table`/`--out-dir` with another format, before any input is read.
+    pub fn check(&self, format: Format) -> Result<()> {
+        let flag = match (&self.table, &self.out_dir) {
+            (Some(_), _) => "--table",
+            (None, Some(_)) => "--out-dir",
+            (None, None) => return Ok(()),
+        };
+        if format == Format::Csv {
+            return Ok(());
+        }
+        Err(AnalyzeError::Invalid {
+            message: format!(
+                "{flag} selects CSV tables, but the output format is {}",
+                format
+                    .to_possible_value()
+                    .map_or_else(|| "text".to_string(), |v| v.get_name().to_string())
+            ),
+            hint: "add `--format csv`".into(),
+        })
+    }
+
+    /// The `--format csv` output of `tables`: the `# table=` stream, one table as plain CSV
+    /// (`--table`), or nothing on stdout and a file per table (`--out-dir`, each path said on
+    /// stderr as `csv -> PATH`).
+    pub fn render(&self, tables: &[Table]) -> Result<String> {
+        let chosen: Vec<&Table> = match &self.table {
+            None => tables.iter().collect(),
+            Some(name) => {
+                let Some(t) = tables.iter().find(|t| t.name == name.as_str()) else {
+                    let names: Vec<&str> = tables.iter().map(|t| t.name).collect();
+                    return Err(AnalyzeError::Invalid {
+                        message: format!(
+                            "--table {name}: this report has no such table; its tables: {}",
+                            if names.is_empty() {
+                                "none".to_string()
+                            } else {
+                                names.join(", ")
+                            }
+                        ),
+                        hint: format!(
+                            "pass one of the tables listed, e.g. `--table {}`",
+                            names.first().copied().unwrap_or("NAME")
+                        ),
+                    });
+                };
+                vec![t]
+            }
+        };
+        let Some(dir) = &self.out_dir else {
+            return Ok(match self.table {
+                Some(_) => chosen.iter().map(|t| t.plain_csv()).collect(),
+                None => table::to_csv(tables),
+            });
+        };
+        std::fs::create_dir_all(dir).map_err(|e| AnalyzeError::Invalid {
+            message: format!(
+                "--out-dir {}: cannot create the directory: {e}",
+                dir.display()
+            ),
+            hint: "pick a writable --out-dir path".into(),
+        })?;
+        for t in chosen {
+            let path = dir.join(format!("{}.csv", t.name));
+            std::fs::write(&path, t.plain_csv()).map_err(|e| AnalyzeError::Invalid {
+                message: format!(
+                    "--out-dir {}: cannot write {}: {e}",
+                    dir.display(),
+                    path.display()
+                ),
+                hint: "check that the --out-dir directory is writable and has space".into(),
+            })?;
+            eprintln!("csv -> {}", path.display());
+        }
+        Ok(String::new())
+    }
 }
 
 /// How a subcommand ended.
@@ -72,7 +164,12 @@ pub fn read_route(
 }
 
 /// A decode-analyze report (`compute`, `io`) in the chosen format.
-pub fn decode_report(path: &Path, r: decode::Report, format: Format) -> String {
+pub fn decode_report(
+    path: &Path,
+    r: decode::Report,
+    format: Format,
+    csv: &CsvTables,
+) -> Result<String> {
     // The reference silently reports prefill rows as decode when a trace has no decode rows; we
     // keep its numbers but say so.
     if r.fell_back {
@@ -81,9 +178,9 @@ pub fn decode_report(path: &Path, r: decode::Report, format: Format) -> String {
             path.display()
         );
     }
-    match format {
+    Ok(match format {
         Format::Text => r.text,
         Format::Json => table::to_json(r.meta, &r.tables),
-        Format::Csv => table::to_csv(&r.tables),
-    }
+        Format::Csv => csv.render(&r.tables)?,
+    })
 }

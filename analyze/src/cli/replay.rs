@@ -6,7 +6,7 @@ use bmoe_analyze::route::{Phase, RouteFilter};
 use bmoe_analyze::{AnalyzeError, Result, plot, replay};
 use clap::Args;
 
-use super::Format;
+use super::{CsvTables, Format};
 
 /// The arguments of `replay` (the fields' doc comments are their `--help` text).
 #[derive(Args, Debug)]
@@ -32,6 +32,8 @@ pub struct ReplayArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    #[command(flatten)]
+    tables: CsvTables,
     /// Also draw the hit-rate vs budget curve per policy as SVG or PNG.
     #[arg(long, value_name = "OUT.svg|OUT.png")]
     plot: Option<PathBuf>,
@@ -39,6 +41,7 @@ pub struct ReplayArgs {
 
 /// Runs `replay`: the curve in the chosen format, plus the `--csv` file and the plot if asked.
 pub fn run(a: &ReplayArgs) -> Result<String> {
+    a.tables.check(a.format)?;
     if let Some(path) = &a.plot {
         plot::check_path(path)?;
     }
@@ -66,7 +69,7 @@ pub fn run(a: &ReplayArgs) -> Result<String> {
     let mut text = match a.format {
         Format::Text => rep.text(),
         Format::Json => format!("{:#}\n", rep.json()),
-        Format::Csv => rep.curve_csv(),
+        Format::Csv => a.tables.render(&rep.tables())?,
     };
     if let Some(path) = &a.csv {
         std::fs::write(path, rep.curve_csv()).map_err(|e| AnalyzeError::io(path, e))?;

@@ -8,7 +8,7 @@ use bmoe_analyze::route::{
 use bmoe_analyze::{AnalyzeError, Result, plot, table};
 use clap::{Args, ValueEnum};
 
-use super::Format;
+use super::{CsvTables, Format};
 
 /// The arguments of `route` (the fields' doc comments are their `--help` text).
 #[derive(Args, Debug)]
@@ -46,6 +46,8 @@ pub struct RouteArgs {
     /// Output format (json/csv: the tables of the selected views).
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    #[command(flatten)]
+    tables: CsvTables,
     /// Also draw the view as SVG or PNG (views hot, reuse, matrix).
     #[arg(long, value_name = "OUT.svg|OUT.png")]
     plot: Option<PathBuf>,
@@ -73,6 +75,7 @@ impl From<PhaseArg> for Phase {
 
 /// Runs `route`: the selected views in the chosen format, and the plot if asked for.
 pub fn run(a: &RouteArgs) -> Result<String> {
+    a.tables.check(a.format)?;
     let layers = Span::parse("--layers", &a.layers)?;
     let steps = Span::parse("--steps", &a.steps)?;
     let filter = RouteFilter {
@@ -101,8 +104,11 @@ pub fn run(a: &RouteArgs) -> Result<String> {
             let (meta, tables) = route::tables(&trace, &opt)?;
             table::to_json(meta, &tables)
         }
-        Format::Csv => table::to_csv(&route::tables(&trace, &opt)?.1),
+        Format::Csv => a.tables.render(&route::tables(&trace, &opt)?.1)?,
     };
+    if let Some(note) = route::empty_matrix_note(&trace, &opt) {
+        super::print_note(note);
+    }
     if let Some(path) = &a.plot {
         draw(path, a, &trace, &opt)?;
         super::plotted(path);

@@ -88,9 +88,10 @@ fn cell_f64(v: Option<&Value>) -> f64 {
 /// An unwritable path or a drawing failure, naming `--plot PATH`.
 pub fn compute_share(path: &Path, report: &Report) -> Result<()> {
     let Some(table) = report.tables.first() else {
-        return Err(AnalyzeError::Empty(
-            "compute report has no ops table".into(),
-        ));
+        return Err(AnalyzeError::Empty {
+            message: "compute report has no ops table".into(),
+            hint: "this is a bug in bmoe-analyze; please report it with the trace".into(),
+        });
     };
     let segments = table.name == "segments";
     let mut bars: Vec<(String, f64, f64)> = table

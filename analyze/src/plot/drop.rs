@@ -317,9 +317,10 @@ impl Figure for Tradeoff {
 pub fn drop_tradeoff(path: &Path, tables: &DropTables, file: &str) -> Result<()> {
     let panels = tradeoff(tables, file);
     let Some(k) = panels.first().map(|p| p.k) else {
-        return Err(AnalyzeError::Empty(format!(
-            "{file}: no decode or prefill rows to replay; nothing to plot"
-        )));
+        return Err(AnalyzeError::Empty {
+            message: format!("{file}: no decode or prefill rows to replay; nothing to plot"),
+            hint: "pass a route trace of a run that generated tokens".into(),
+        });
     };
     render(
         path,

@@ -7,8 +7,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::{DrawResult, Figure, OrMsg, base, frame, hsl, legend, render, shade};
+use crate::Result;
 use crate::route::{CellMode, Cells, RouteTrace, Span};
-use crate::{AnalyzeError, Result};
 
 /// A heatmap: `cells` are (x, y, colour) unit squares on `x_range` × `y_range`, `legend` the
 /// entries explaining the colours.
@@ -251,12 +251,7 @@ pub fn matrix(
     if !steps.is_active() && max_steps >= 0 {
         chosen.truncate(max_steps as usize);
     }
-    let empty = || {
-        AnalyzeError::Empty(format!(
-            "{}: no rows for that layer/step selection",
-            t.path.display()
-        ))
-    };
+    let empty = || crate::route::matrix::empty_selection(t, cells);
     let (Some(&first), Some(&last)) = (chosen.first(), chosen.last()) else {
         return Err(empty());
     };

@@ -97,17 +97,22 @@ impl Breakdown {
     /// The bars of `csv`'s token rows after `trim`.
     fn read(csv: &Path, trim: usize) -> Result<Self> {
         let file = MetricsFile::read(csv).map_err(|e| AnalyzeError::from_telemetry(csv, e))?;
-        let times: Vec<TokenTimes> = file
-            .rows
-            .iter()
-            .filter_map(TokenTimes::from_row)
-            .skip(trim)
-            .collect();
+        let all: Vec<TokenTimes> = file.rows.iter().filter_map(TokenTimes::from_row).collect();
+        let rows = all.len();
+        let times: Vec<TokenTimes> = all.into_iter().skip(trim).collect();
         if times.is_empty() {
-            return Err(AnalyzeError::Empty(format!(
-                "{}: no wall_ms values (no token rows) after --trim {trim}; nothing to plot",
-                csv.display()
-            )));
+            return Err(AnalyzeError::Empty {
+                message: format!(
+                    "{}: no wall_ms values (no token rows) after --trim {trim}; nothing to plot",
+                    csv.display()
+                ),
+                hint: if rows == 0 {
+                    "pass the metrics CSV of a run that generated tokens (`bmoe-cli --csv FILE`)"
+                        .into()
+                } else {
+                    format!("use a --trim below {rows} (the file has {rows} token rows)")
+                },
+            });
         }
         let as_u32 = |v: Option<u64>| v.and_then(|t| u32::try_from(t).ok()).unwrap_or(0);
         let threads = Threads {

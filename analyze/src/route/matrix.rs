@@ -145,6 +145,39 @@ pub(crate) fn selection(t: &RouteTrace, cells: &Cells, opt: &MatrixOptions) -> O
     Some((layers, steps))
 }
 
+/// The steps and layers that have rows, as `steps 0-767 and layers 0-47`, for the messages of
+/// an empty selection.
+pub(crate) fn row_ranges(cells: &Cells) -> String {
+    let span =
+        |v: Option<(i64, i64)>| v.map_or_else(|| "none".to_string(), |(a, b)| format!("{a}-{b}"));
+    let steps = cells
+        .steps
+        .first()
+        .zip(cells.steps.last())
+        .map(|(&a, &b)| (i64::from(a), i64::from(b)));
+    let layers = cells
+        .layers
+        .first()
+        .zip(cells.layers.last())
+        .map(|(&a, &b)| (i64::from(a), i64::from(b)));
+    format!("steps {} and layers {}", span(steps), span(layers))
+}
+
+/// The error of a matrix (its plot) whose `--layers`/`--steps`/`--max-steps` selection holds
+/// no cell, with the ranges that do have rows.
+pub(crate) fn empty_selection(t: &RouteTrace, cells: &Cells) -> AnalyzeError {
+    AnalyzeError::Empty {
+        message: format!(
+            "{}: no rows for that layer/step selection",
+            t.path.display()
+        ),
+        hint: format!(
+            "choose --steps and --layers within the rows' {} (without --steps, a --max-steps above 0)",
+            row_ranges(cells)
+        ),
+    }
+}
+
 /// The cell of layer index `li` at step `s`, through the layer's step-sorted position list.
 pub(crate) fn cell_at(cells: &Cells, li: usize, s: i32) -> Option<u32> {
     let list = &cells.by_layer[li];

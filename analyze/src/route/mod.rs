@@ -149,6 +149,26 @@ pub fn header(out: &mut String, t: &RouteTrace, phase: Phase) {
     }
 }
 
+/// When the selected views include the matrix and its `--layers`/`--steps`
+/// selection holds no cell: the `note:` saying so and which steps and layers have rows (the
+/// report itself prints the reference's one line, or an empty `matrix` table).
+#[must_use]
+pub fn empty_matrix_note(t: &RouteTrace, opt: &RouteOptions) -> Option<String> {
+    if t.rows.is_empty() || !opt.view.expand().contains(&View::Matrix) {
+        return None;
+    }
+    let cells = Cells::build(&t.rows);
+    if matrix::selection(t, &cells, &opt.matrix).is_some() {
+        return None;
+    }
+    Some(format!(
+        "{}: the matrix selection (--layers, --steps) holds no cell; the {} rows have {}",
+        t.path.display(),
+        opt.filter.phase.name(),
+        matrix::row_ranges(&cells)
+    ))
+}
+
 /// Render the selected views of an already-read trace.
 pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
     if t.rows.is_empty() {
@@ -156,11 +176,25 @@ pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
             .filter
             .turn
             .map_or("None".to_string(), |v| v.to_string());
-        return Err(AnalyzeError::Empty(format!(
-            "{}: no rows for phase={} turn={turn} - is this a route trace?",
-            t.path.display(),
-            opt.filter.phase.name()
-        )));
+        return Err(AnalyzeError::Empty {
+            message: format!(
+                "{}: no rows for phase={} turn={turn} - is this a route trace?",
+                t.path.display(),
+                opt.filter.phase.name()
+            ),
+            hint: match (opt.filter.phase, opt.filter.turn) {
+                (Phase::All, None) => {
+                    "the trace has no routing rows: record one with `bmoe-cli --route-trace FILE` on a run that generates tokens".into()
+                }
+                (Phase::All, Some(_)) => {
+                    "leave out --turn to keep every turn (turns are numbered from 0)".into()
+                }
+                (_, None) => "add `--phase all` to keep prefill and decode rows".into(),
+                (_, Some(_)) => {
+                    "add `--phase all` to keep every phase, and leave out --turn to keep every turn".into()
+                }
+            },
+        });
     }
     let cells = Cells::build(&t.rows);
     let views = opt.view.expand();
@@ -178,13 +212,9 @@ pub fn render(t: &RouteTrace, opt: &RouteOptions) -> Result<String> {
         let mut out = String::new();
         match v {
             View::Matrix => {
+                // The reference's line, alone or inside `all`, and exit 0 (the command line
+                // says why on stderr: [`empty_matrix_note`]).
                 if !matrix::matrix(&mut out, t, &cells, &opt.matrix) {
-                    if opt.view == View::Matrix {
-                        return Err(AnalyzeError::Empty(format!(
-                            "{}: no rows for that layer/step selection",
-                            t.path.display()
-                        )));
-                    }
                     out.push_str("no rows for that layer/step selection\n");
                 }
             }
@@ -252,15 +282,8 @@ pub fn tables(t: &RouteTrace, opt: &RouteOptions) -> Result<(serde_json::Value, 
     let mut out = Vec::new();
     for v in views {
         match v {
-            View::Matrix => {
-                if opt.view == View::Matrix && matrix::selection(t, &cells, &opt.matrix).is_none() {
-                    return Err(AnalyzeError::Empty(format!(
-                        "{}: no rows for that layer/step selection",
-                        t.path.display()
-                    )));
-                }
-                out.push(tables::matrix(t, &cells, &opt.matrix));
-            }
+            // An empty selection is an empty table, as the text prints its one line.
+            View::Matrix => out.push(tables::matrix(t, &cells, &opt.matrix)),
             View::Hot => out.extend(views::hot_tables(t, &cells, opt.top)),
             View::Reuse => out.push(views::reuse_table(t, &seq, &cells.layers)),
             View::Overlap => out.extend(tables::overlap(&seq, &cells.layers)),

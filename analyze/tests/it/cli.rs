@@ -51,9 +51,10 @@ fn empty_and_filtered_out_inputs_fail_on_stderr() {
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert!(text(&out.stderr).contains("no rows for phase=prefill turn=None"));
+    // An empty matrix selection is the reference's line with exit 0 (the note says why).
     let out = run(&["route", &p, "--view", "matrix", "--layers", "7"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("no rows for that layer/step selection"));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).ends_with("\nno rows for that layer/step selection\n"));
     let out = run(&["route", &p, "--view", "hot", "--top", "1"]);
     assert!(out.status.success());
     assert!(
@@ -129,4 +130,219 @@ fn replay_rejects_unknown_policy_before_any_output() {
 fn metrics_sidecar_replaces_only_the_extension() {
     let p = bmoe_analyze::metrics::sidecar_path(Path::new("/runs/a.csv.d/qwen_mmap.csv"));
     assert_eq!(p, Path::new("/runs/a.csv.d/qwen_mmap.metrics"));
+}
+
+/// The `hint:` line of a failed run (panics when the run did not fail with one).
+fn hint_of(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    err.lines()
+        .find_map(|l| l.strip_prefix("hint: "))
+        .unwrap_or_else(|| panic!("no hint line in {err:?}"))
+        .to_string()
+}
+
+#[test]
+fn empty_inputs_hint_at_flags_of_their_own_subcommand() {
+    let d = tempfile::tempdir().expect("tempdir");
+    // compute/io have no --phase or --turn: an empty trace says how to record one instead.
+    let compute = write(
+        d.path(),
+        "c.csv",
+        "# compute_trace v1\n# model=/m/t.gguf arch=toy n_layer=1 n_threads=1\nturn,phase,step,seq,layer,op,name,wall_ns,majflt\n",
+    );
+    let io = write(
+        d.path(),
+        "io.csv",
+        "# io_trace v1\n# model=/m/t.gguf arch=toy n_layer=1 n_threads=1 io_threads=1 o_direct=1 overlap=0\n\
+turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n",
+    );
+    for (sub, p) in [("compute", &compute), ("io", &io)] {
+        let out = run(&[sub, p]);
+        assert!(
+            text(&out.stderr).contains(&format!("error: {p}: no rows")),
+            "{sub}"
+        );
+        let hint = hint_of(&out);
+        assert!(
+            !hint.contains("--phase") && !hint.contains("--turn"),
+            "{sub}: {hint}"
+        );
+        assert!(hint.contains("`bmoe-cli --compute-trace FILE`"), "{hint}");
+    }
+    // route: the hint names the filter that emptied the selection, as a route flag.
+    let p = write(d.path(), "t.csv", ROUTE);
+    let hint = hint_of(&run(&["route", &p, "--phase", "prefill"]));
+    assert_eq!(hint, "add `--phase all` to keep prefill and decode rows");
+    let hint = hint_of(&run(&["route", &p, "--phase", "all", "--turn", "3"]));
+    assert_eq!(
+        hint,
+        "leave out --turn to keep every turn (turns are numbered from 0)"
+    );
+    // The hinted command works.
+    assert!(run(&["route", &p, "--phase", "all"]).status.success());
+}
+
+/// The budget column of the text table's rows (the lines after the `(MiB)` header).
+fn budget_rows(text: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("(MiB)"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn replay_labels_budgets_that_rounding_would_merge_as_given() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(d.path(), "t.csv", ROUTE);
+    let curve = d.path().join("curve.csv").display().to_string();
+    let out = run(&[
+        "replay",
+        &p,
+        "--budgets",
+        "0.5,0.9,1",
+        "--policies",
+        "lru",
+        "--csv",
+        &curve,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(budget_rows(&text(&out.stdout)), ["0.5", "0.9", "1"]);
+    let file = std::fs::read_to_string(&curve).expect("curve file");
+    let first: Vec<&str> = file
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').next())
+        .collect();
+    assert_eq!(first, ["0.5", "0.9", "1"]);
+    // Labels the reference's %.0f keeps apart stay as the reference prints them (golden
+    // `budgets-0,100.5` pins `100`).
+    let out = run(&[
+        "replay",
+        &p,
+        "--budgets",
+        "0,100.5,250",
+        "--policies",
+        "lru",
+    ]);
+    assert_eq!(budget_rows(&text(&out.stdout)), ["0", "100", "250"]);
+}
+
+#[test]
+fn replay_csv_is_the_json_curve_unrounded_with_its_table_line() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(d.path(), "t.csv", ROUTE);
+    let args = [
+        "replay",
+        &p,
+        "--budgets",
+        "0.5,1,3",
+        "--policies",
+        "lru,layer",
+        "--validate",
+        "2",
+    ];
+    let with = |format: &'static str| {
+        let mut v = args.to_vec();
+        v.extend(["--format", format]);
+        v
+    };
+    let csv = text(&run(&with("csv")).stdout);
+    let json: serde_json::Value = serde_json::from_slice(&run(&with("json")).stdout).expect("json");
+    let sections: Vec<&str> = csv.split("\n\n").collect();
+    assert_eq!(sections.len(), 2, "{csv}");
+    let mut lines = sections[0].lines();
+    assert_eq!(lines.next(), Some("# table=curve"));
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    assert_eq!(
+        header,
+        [
+            "budget_mib",
+            "policy",
+            "hit_pct_cum",
+            "hit_pct_decode",
+            "read_mib",
+            "peak_resident_mib",
+            "lookups"
+        ]
+    );
+    let rows: Vec<&str> = lines.collect();
+    let curve = json["curve"].as_array().expect("curve");
+    assert_eq!(rows.len(), curve.len());
+    for (row, want) in rows.iter().zip(curve) {
+        for (cell, col) in row.split(',').zip(&header) {
+            let v = &want[*col];
+            match v.as_str() {
+                Some(s) => assert_eq!(cell, s),
+                // Unrounded: the CSV cell parses back to the JSON number exactly.
+                None => assert_eq!(cell.parse::<f64>().ok(), v.as_f64(), "{col} in {row}"),
+            }
+        }
+    }
+    assert_eq!(rows[0].split(',').next(), Some("0.5"));
+    let validation: Vec<&str> = sections[1].lines().collect();
+    assert_eq!(validation[0], "# table=validation");
+    assert_eq!(
+        validation[1],
+        "budget_mib,policy,hit_pct_cum,hit_pct_decode"
+    );
+    let v = &json["validation"];
+    let cells: Vec<&str> = validation[2].split(',').collect();
+    assert_eq!(cells[1], "lru");
+    assert_eq!(cells[3].parse::<f64>().ok(), v["hit_pct_decode"].as_f64());
+}
+
+#[test]
+fn an_empty_matrix_selection_prints_the_reference_line_and_a_note() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = write(d.path(), "t.csv", ROUTE);
+    let header = text(&run(&["route", &p, "--view", "matrix", "--steps", "5"]).stdout);
+    let header = header
+        .split("\n=== step x layer matrix")
+        .next()
+        .expect("header");
+    let note = format!(
+        "note: {p}: the matrix selection (--layers, --steps) holds no cell; the decode rows have steps 5-6 and layers 0-1\n"
+    );
+    for args in [
+        ["--steps", "5000-6000"],
+        ["--layers", "40-47"],
+        ["--steps=-3", "--layers=0-1"],
+    ] {
+        let mut argv = vec!["route", p.as_str(), "--view", "matrix"];
+        argv.extend(args);
+        let out = run(&argv);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let stdout = text(&out.stdout);
+        // The reference: its header, then the one line (no matrix title).
+        assert_eq!(
+            stdout.strip_suffix("no rows for that layer/step selection\n"),
+            Some(header),
+            "{args:?}"
+        );
+        assert_eq!(text(&out.stderr), note, "{args:?}");
+    }
+    // A plot of nothing is an error whose hint names route's own selection flags, and the
+    // hinted flags work.
+    let svg = d.path().join("m.svg").display().to_string();
+    for args in [["--steps", "5000"], ["--max-steps", "0"]] {
+        let mut argv = vec!["route", p.as_str(), "--view", "matrix", "--plot", &svg];
+        argv.extend(args);
+        assert_eq!(
+            hint_of(&run(&argv)),
+            "choose --steps and --layers within the rows' steps 5-6 and layers 0-1 (without --steps, a --max-steps above 0)",
+            "{args:?}"
+        );
+    }
+    let out = run(&[
+        "route", &p, "--view", "matrix", "--steps", "5-6", "--layers", "0-1", "--plot", &svg,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }

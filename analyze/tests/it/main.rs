@@ -10,6 +10,7 @@ mod common;
 
 mod cli;
 mod convert;
+mod csv_tables;
 mod format;
 mod golden;
 mod metrics_inputs;

@@ -61,7 +61,7 @@ fn a_directory_of_runs_without_matrix_names_is_reported_run_by_run() {
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
     assert_eq!(v.as_array().map(Vec::len), Some(8), "{v:#}");
     let md = run(&["metrics", &d, "--markdown", "/nonexistent/x.md"]);
-    assert_fails(&md, "no bench matrix run", "drop --markdown");
+    assert_fails(&md, "no bench matrix run", "leave out --markdown");
 }
 
 #[test]
@@ -162,4 +162,105 @@ turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n0,1,0,0,0,1,0.5
             &format!("read it with `bmoe-analyze route {q}`"),
         );
     }
+}
+
+#[test]
+fn an_empty_directory_is_an_error_naming_it() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let shown = d.path().display().to_string();
+    assert_fails(
+        &run(&["metrics", &shown]),
+        &format!(
+            "{shown}: no *.csv file in this directory or its subdirectories; it holds nothing (an empty directory)"
+        ),
+        "pass a bench-analyze session directory (<model>_<config>.csv files), metrics CSV files, or a directory holding them",
+    );
+    // The same directory among other paths fails the same way.
+    let other = tempfile::tempdir().expect("tempdir");
+    let run_csv = write(other.path(), "run.csv", METRICS);
+    assert_fails(
+        &run(&["metrics", &run_csv, &shown]),
+        "no *.csv file in this directory or its subdirectories",
+        "pass a bench-analyze session directory",
+    );
+}
+
+/// A `bmoe-bench sweep` results directory: the top-level files and two runs of one cell, plus
+/// a run in flight (`.r3.tmp`) that must not be read.
+fn bench_results(with_runs: bool) -> tempfile::TempDir {
+    let d = tempfile::tempdir().expect("tempdir");
+    for f in ["results.jsonl", "manifest.toml", "plan.json"] {
+        write(d.path(), f, "");
+    }
+    if with_runs {
+        for (rep, body) in [
+            ("r1", METRICS.to_string()),
+            ("r2", METRICS.replace("300.0", "600.0")),
+            (".r3.tmp", "garbage".to_string()),
+        ] {
+            let run = d.path().join("decode/c1000").join(rep);
+            std::fs::create_dir_all(&run).expect("mkdir");
+            write(&run, "metrics.csv", &body);
+            write(&run, "stdout.txt", "tokens\n");
+        }
+    } else {
+        std::fs::create_dir_all(d.path().join("decode/c1000")).expect("mkdir");
+    }
+    d
+}
+
+#[test]
+fn a_bench_results_directory_reports_its_runs_and_points_to_bmoe_bench_report() {
+    let d = bench_results(true);
+    let shown = d.path().display().to_string();
+    let out = run(&["metrics", &shown]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("====="), "no empty bench tables: {stdout}");
+    let runs: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("metrics.csv"))
+        .collect();
+    assert_eq!(runs.len(), 2, "{stdout}");
+    assert!(
+        runs[0].contains(&format!("  {shown}/decode/c1000/r1/metrics.csv")),
+        "{stdout}"
+    );
+    assert!(
+        runs[0].contains(" 200.00 "),
+        "mean of 100, 200, 300: {stdout}"
+    );
+    assert!(
+        runs[1].contains("/r2/metrics.csv") && runs[1].contains(" 300.00 "),
+        "{stdout}"
+    );
+    assert!(
+        !err.contains(".r3.tmp"),
+        "a run in flight is not read: {err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "note: {shown}: no CSV file in the directory itself; reporting the 2 CSV file(s) of its subdirectories run by run; for per-cell means across repetitions (warm-ups left out) use `bmoe-bench report {shown}`"
+        )),
+        "{err}"
+    );
+    // The bench markdown needs matrix files.
+    assert_fails(
+        &run(&["metrics", &shown, "--markdown", "/nonexistent/x.md"]),
+        "CSV file(s) in its subdirectories",
+        "leave out --markdown",
+    );
+    // No finished run yet: say what is there and point to bmoe-bench.
+    let empty = bench_results(false);
+    let shown = empty.path().display().to_string();
+    assert_fails(
+        &run(&["metrics", &shown]),
+        &format!(
+            "{shown}: no *.csv file in this directory or its subdirectories; it holds 1 subdirectory, 3 other files (manifest.toml, plan.json, results.jsonl)"
+        ),
+        &format!(
+            "this is a bmoe-bench results directory without finished runs; once runs have written their metrics.csv, `bmoe-bench report {shown}` gives the per-cell table"
+        ),
+    );
 }
