@@ -731,7 +731,7 @@ fn execute(
                 None => "the engine exited 0 but wrote no CSV".into(),
             }
         } else {
-            rec.exit_text(&last_line(&tmp.join("stderr.txt")))
+            rec.exit_text(&stderr_summary(&tmp.join("stderr.txt")))
         });
     }
     let state = serde_json::json!({"before": rec.state_before, "after": rec.state_after, "cooldown_waited_s": rec.cooldown_waited_s, "gate_met": rec.gate_met});
@@ -771,16 +771,33 @@ fn model_sha(path: &Path) -> Result<String, String> {
     Ok(s)
 }
 
-fn last_line(path: &Path) -> String {
-    fs::read_to_string(path)
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .map(|l| l.chars().take(300).collect())
-        })
-        .unwrap_or_else(|| "(empty)".into())
+/// What a failed run's stderr says, for its `error`: the last `error:` line with the `tip:` and
+/// `hint:` lines after it (clap puts a usage block between them and the hint last, so the last
+/// line alone is only the hint), else `last stderr line: ...`.
+fn stderr_summary(path: &Path) -> String {
+    let clip = |l: &str| -> String { l.chars().take(300).collect() };
+    let text = fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if let Some(i) = lines.iter().rposition(|l| l.starts_with("error:")) {
+        let mut parts = vec![clip(lines[i])];
+        parts.extend(
+            lines[i + 1..]
+                .iter()
+                .filter(|l| l.starts_with("tip:") || l.starts_with("hint:"))
+                .map(|l| clip(l)),
+        );
+        return parts.join("; ");
+    }
+    format!(
+        "last stderr line: {}",
+        lines.last().map_or_else(|| "(empty)".into(), |l| clip(l))
+    )
 }
 
 /// Token count and tok/s (tokens / Σ wall) of a CSV.
