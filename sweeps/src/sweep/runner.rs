@@ -618,12 +618,6 @@ fn execute(
         .map_err(|e| format!("cannot create stdout.txt: {e}"))?;
     let stderr = File::create(tmp.join("stderr.txt"))
         .map_err(|e| format!("cannot create stderr.txt: {e}"))?;
-    let argv_json = serde_json::json!({"argv": rec.argv, "env": cell.env, "device_command": argv});
-    fs::write(
-        tmp.join("argv.json"),
-        serde_json::to_string_pretty(&argv_json).unwrap_or_default(),
-    )
-    .map_err(|e| e.to_string())?;
     let overhead_before = t0.elapsed();
 
     rec.started_unix = now_unix();
@@ -740,19 +734,28 @@ fn execute(
         serde_json::to_string_pretty(&state).unwrap_or_default(),
     )
     .map_err(|e| e.to_string())?;
+    let mut device_command = argv;
     if !dev.is_remote() {
-        // The CSV was written into the temporary directory that is about to become the run's.
+        // The CSV was written into the temporary directory that is about to become the run's:
+        // argv.json and run.json both name the final one, where the files will be.
         let final_dir = sh.results.run_dir(&cell.sweep, &cell.tag, &run.rep);
         let (from, to) = (
             tmp.to_string_lossy().into_owned(),
             final_dir.to_string_lossy().into_owned(),
         );
-        for a in &mut rec.argv {
-            if a.starts_with(&from) {
-                *a = a.replacen(&from, &to, 1);
+        for a in rec.argv.iter_mut().chain(device_command.iter_mut()) {
+            if a.contains(&from) {
+                *a = a.replace(&from, &to);
             }
         }
     }
+    let argv_json =
+        serde_json::json!({"argv": rec.argv, "env": cell.env, "device_command": device_command});
+    fs::write(
+        tmp.join("argv.json"),
+        serde_json::to_string_pretty(&argv_json).unwrap_or_default(),
+    )
+    .map_err(|e| format!("cannot write argv.json: {e}"))?;
     rec.overhead_s = (overhead_before + t1.elapsed()).as_secs_f64();
     Ok(Some(tmp))
 }

@@ -1,6 +1,7 @@
 //! `bmoe-bench sweep` against the real `bmoe-cli` (`$BMOE_CLI`): `--check` refuses a flag the
 //! engine does not take, naming the cell and the manifest entry; a run the engine refuses
-//! records its `error:` line and hint, not only the last stderr line.
+//! records its `error:` line and hint, not only the last stderr line; `argv.json` and
+//! `run.json` name the run's final directory.
 
 use std::path::Path;
 
@@ -130,4 +131,52 @@ fn a_refused_run_records_the_engines_error_line_and_hint() {
     }
     let o = run(t.path(), &["report", "res"]);
     assert!(o.status.success(), "{}", text(&o));
+}
+
+#[test]
+fn argv_json_and_run_json_name_the_final_run_directory() {
+    let Some(cli) = real_cli_or_skip(
+        "argv_json_and_run_json_name_the_final_run_directory",
+        "--csv",
+    ) else {
+        return;
+    };
+    let t = tempfile::tempdir().expect("tmp");
+    write(t.path(), "good.toml", &manifest(&cli, "--cache-mb", ""));
+    let o = run(t.path(), &["sweep", "good.toml", "-o", "res"]);
+    assert!(o.status.success(), "{}", text(&o));
+    for cell in ["tiny_cache0", "tiny_cache8"] {
+        let dir = t.path().join("res/s").join(cell).join("r1");
+        let read = |f: &str| -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(dir.join(f)).expect(f)).expect(f)
+        };
+        let (argv, run) = (read("argv.json"), read("run.json"));
+        assert_eq!(argv["argv"], run["argv"], "{cell}");
+        let words: Vec<&str> = argv["argv"]
+            .as_array()
+            .expect("argv")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        let csv = words
+            .iter()
+            .position(|w| *w == "--csv")
+            .and_then(|i| words.get(i + 1))
+            .expect("--csv in argv");
+        let final_csv = dir.join("metrics.csv").canonicalize().expect("metrics.csv");
+        assert_eq!(
+            Path::new(csv).canonicalize().ok(),
+            Some(final_csv),
+            "{cell}: --csv names the final file"
+        );
+        let whole = serde_json::to_string(&argv).expect("json");
+        assert!(
+            !whole.contains(".r1.tmp"),
+            "{cell}: temporary path left: {whole}"
+        );
+        assert!(
+            whole.contains(&dir.canonicalize().expect("dir").display().to_string()),
+            "{cell}: device_command runs in the final directory too: {whole}"
+        );
+    }
 }
