@@ -1,5 +1,6 @@
 //! `bmoe-bench report` on real sweep results: an interrupted sweep's report says it is
-//! incomplete and which cells are short.
+//! incomplete and which cells are short, and a plot's legend says which interval its whiskers
+//! are (across runs, or within runs where there are too few runs).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -106,4 +107,61 @@ fn an_interrupted_sweeps_report_names_the_short_cells() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(!String::from_utf8_lossy(&o.stdout).contains("Incomplete"));
     assert!(!String::from_utf8_lossy(&o.stderr).contains("incomplete"));
+}
+
+/// The `<text>` elements of an SVG, joined.
+fn svg_text(path: &Path) -> String {
+    let svg = std::fs::read_to_string(path).expect("svg");
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| t.split_once('>').and_then(|(_, r)| r.split_once("</text>")))
+        .map(|(txt, _)| txt.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn plot_whiskers_are_labelled_with_the_interval_drawn() {
+    let t = tempfile::tempdir().expect("tmp");
+    fake_engine(t.path(), 0.0);
+    // One run per cell: only the within-run interval exists. Three: the across-run one.
+    for reps in [1, 3] {
+        write(
+            t.path(),
+            &format!("r{reps}.toml"),
+            &SLOW
+                .replace("name = \"slow\"", &format!("name = \"r{reps}\""))
+                .replace("repetitions = 2", &format!("repetitions = {reps}")),
+        );
+        let o = run(t.path(), &["sweep", &format!("r{reps}.toml")]);
+        assert!(o.status.success(), "{}", text(&o));
+        let plots = format!("plots{reps}");
+        let o = run(
+            t.path(),
+            &[
+                "report",
+                &format!("results/r{reps}"),
+                "--plots",
+                &plots,
+                "--x",
+                "cache",
+            ],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        let cells = svg_text(&t.path().join(&plots).join("tok_s-s-tiny.svg"));
+        let curve = svg_text(&t.path().join(&plots).join("tok_s-vs-cache-s-tiny.svg"));
+        let (is, isnt) = if reps == 1 {
+            ("95% CI within runs", "95% CI across runs")
+        } else {
+            ("95% CI across runs", "95% CI within runs")
+        };
+        for (what, txt) in [("cells", &cells), ("curve", &curve)] {
+            assert!(txt.contains(is), "{reps} run(s), {what} plot: {txt}");
+            assert!(!txt.contains(isnt), "{reps} run(s), {what} plot: {txt}");
+            assert!(
+                !txt.contains("(95% CI)"),
+                "no unqualified label: {reps} run(s), {what} plot: {txt}"
+            );
+        }
+    }
 }
