@@ -2,7 +2,8 @@
 //! `model synth|inspect` (`model_cli`), `report` statistics (`report_stats`) and on
 //! interrupted or few-run results (`report_partial`), sweeps on the local device
 //! (`sweep_local`) and over ssh (`sweep_ssh`), against the real engine's flags and errors
-//! (`sweep_engine`), and the helpers the sweep tests share (`sweep_common`).
+//! (`sweep_engine`), with progress bars in a real terminal (`sweep_tty`), and the helpers the
+//! sweep tests share (`sweep_common`).
 
 mod model_cli;
 mod report_partial;
@@ -11,3 +12,4 @@ mod sweep_common;
 mod sweep_engine;
 mod sweep_local;
 mod sweep_ssh;
+mod sweep_tty;
