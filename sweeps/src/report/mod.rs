@@ -465,6 +465,19 @@ pub fn build(
     })
 }
 
+/// The report as text in `format`.
+///
+/// # Errors
+/// JSON serialisation.
+pub fn render(report: &Report, format: Format) -> Result<String> {
+    Ok(match format {
+        Format::Md => render::markdown(report),
+        Format::Csv => render::csv(report),
+        Format::Json => render::json(report)?,
+        Format::Jsonl => render::jsonl(report)?,
+    })
+}
+
 /// Runs `bmoe-bench report`.
 ///
 /// # Errors
@@ -476,13 +489,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         args.trim,
         args.resamples,
     )?;
-    let text = match args.format {
-        Format::Md => render::markdown(&report),
-        Format::Csv => render::csv(&report),
-        Format::Json => render::json(&report)?,
-        Format::Jsonl => render::jsonl(&report)?,
-    };
-    crate::sweep::emit(&text)?;
+    crate::sweep::emit(&render(&report, args.format)?)?;
     // The md text says so itself; csv and json keep their shape, so say it on stderr too.
     if let Some(c) = &report.incomplete {
         eprintln!(

@@ -206,7 +206,7 @@ fn report_failure(
 ///
 /// # Errors
 /// Arguments an engine would refuse, all of them in one error.
-fn check_engine_flags(manifest: &std::path::Path, plan: &expand::Plan) -> Result<()> {
+pub fn check_engine_flags(manifest: &std::path::Path, plan: &expand::Plan) -> Result<()> {
     use std::collections::BTreeMap;
     type Engine = std::result::Result<(PathBuf, engine_flags::EngineFlags), String>;
     /// (binary, origin, word): one mistake in the manifest, however many cells it reaches.
@@ -327,14 +327,26 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
         return emit(&out);
     }
     let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
-    let stop = AtomicBool::new(false);
-    let t0 = Instant::now();
     let opts = runner::RunOptions {
         out: out.clone(),
         resume: args.resume,
         force: args.force,
     };
-    let outcome = runner::run(&plan, &text, &opts, &stop).context("sweep failed")?;
+    execute(&plan, &text, &opts)?;
+    eprintln!("next: bmoe-bench report {}", out.display());
+    Ok(())
+}
+
+/// Runs an expanded manifest (`text` is what the results directory keeps) into `opts.out` and
+/// prints the summary on stderr.
+///
+/// # Errors
+/// Setup and I/O errors; also when runs failed (after all ran).
+pub fn execute(plan: &expand::Plan, text: &str, opts: &runner::RunOptions) -> Result<()> {
+    let out = &opts.out;
+    let stop = AtomicBool::new(false);
+    let t0 = Instant::now();
+    let outcome = runner::run(plan, text, opts, &stop).context("sweep failed")?;
     let ok = outcome.by_status.get("ok").copied().unwrap_or(0);
     let bad: usize = outcome
         .by_status
@@ -374,6 +386,5 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
         )
         .into());
     }
-    eprintln!("next: bmoe-bench report {}", out.display());
     Ok(())
 }
