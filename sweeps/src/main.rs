@@ -1,6 +1,8 @@
-//! `bmoe-bench`: synthetic models (`model synth`, `model inspect`) and, later, benchmark sweeps.
+//! `bmoe-bench`: synthetic models (`model synth`, `model inspect`), benchmark sweeps
+//! (`sweep`, `report`) and llama-bench style products from the command line (`run`).
 
 mod model;
+mod quick;
 mod report;
 mod sweep;
 
@@ -25,6 +27,8 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// Summarise a results directory: tok/s with CIs per cell, ratios, plots, findings.md.
     Report(report::ReportArgs),
+    /// llama-bench style: comma lists crossed into a product, run as a sweep, report printed.
+    Run(quick::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +37,7 @@ fn main() -> ExitCode {
         Command::Model(cmd) => model::run(cmd),
         Command::Sweep(args) => sweep::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::Run(args) => quick::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

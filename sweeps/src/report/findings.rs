@@ -157,6 +157,20 @@ pub fn skeleton(r: &Report) -> String {
 
     let _ = writeln!(s, "## Caveats\n");
     let mut any = false;
+    if let Some(c) = &r.incomplete {
+        let _ = writeln!(
+            s,
+            "- **Incomplete:** {} of {} planned runs recorded; short cells: {}.",
+            c.recorded,
+            c.planned,
+            c.short
+                .iter()
+                .map(|x| format!("`{}` ({})", x.cell, x.runs_text()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        any = true;
+    }
     for (i, x) in r.records.iter().enumerate() {
         if let Some(f) = r.run_stats[i].as_ref().and_then(|st| st.flag.clone()) {
             let _ = writeln!(

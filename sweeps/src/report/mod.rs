@@ -173,6 +173,104 @@ fn par_map<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> 
     })
 }
 
+/// A cell with fewer runs recorded than its plan has (an interrupted or still running sweep).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShortCell {
+    /// Sweep block.
+    pub sweep: String,
+    /// Cell tag.
+    pub cell: String,
+    /// Counted runs recorded (any status).
+    pub recorded: usize,
+    /// Counted runs planned.
+    pub planned: usize,
+    /// Planned warm-up runs with no record.
+    pub warmups_missing: usize,
+}
+
+/// How much of the plan (`plan.json`) the results hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Completeness {
+    /// Planned runs, warm-ups included.
+    pub planned: usize,
+    /// Of those, runs with a record.
+    pub recorded: usize,
+    /// The cells that are short, in plan order.
+    pub short: Vec<ShortCell>,
+}
+
+impl Completeness {
+    /// One line for a log: `13 of 24 planned runs recorded; short: s/c8 (1 of 3 runs), ...`.
+    pub fn summary(&self) -> String {
+        let cells: Vec<String> = self
+            .short
+            .iter()
+            .map(|c| format!("{}/{} ({})", c.sweep, c.cell, c.runs_text()))
+            .collect();
+        format!(
+            "{} of {} planned runs recorded; short cells: {}",
+            self.recorded,
+            self.planned,
+            cells.join(", ")
+        )
+    }
+}
+
+impl ShortCell {
+    /// `1 of 3 runs`, or `0 of 3 runs, 1 warm-up(s) missing`.
+    pub fn runs_text(&self) -> String {
+        let mut t = format!("{} of {} runs", self.recorded, self.planned);
+        if self.warmups_missing > 0 {
+            t.push_str(&format!(", {} warm-up(s) missing", self.warmups_missing));
+        }
+        t
+    }
+}
+
+/// The plan's runs that `records` lack, from `root/plan.json` (written when the sweep
+/// started). `None` when there is no readable plan or nothing is missing.
+fn completeness(root: &Path, records: &[RunRecord]) -> Option<Completeness> {
+    let text = std::fs::read_to_string(root.join("plan.json")).ok()?;
+    let plan: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let cells = plan.get("cells")?.as_array()?;
+    let runs = plan.get("runs")?.as_array()?;
+    let have: std::collections::BTreeSet<(&str, &str, &str)> = records
+        .iter()
+        .map(|r| (r.sweep.as_str(), r.cell.as_str(), r.rep.as_str()))
+        .collect();
+    let mut out = Completeness::default();
+    let mut by_cell: IndexMap<(String, String), ShortCell> = IndexMap::new();
+    for run in runs {
+        let cell = cells.get(usize::try_from(run.get("cell")?.as_u64()?).ok()?)?;
+        let (sweep, tag) = (cell.get("sweep")?.as_str()?, cell.get("tag")?.as_str()?);
+        let rep = run.get("rep")?.as_str()?;
+        let warmup = run.get("warmup").and_then(serde_json::Value::as_bool) == Some(true);
+        let recorded = have.contains(&(sweep, tag, rep));
+        out.planned += 1;
+        out.recorded += usize::from(recorded);
+        let c = by_cell
+            .entry((sweep.to_string(), tag.to_string()))
+            .or_insert_with(|| ShortCell {
+                sweep: sweep.to_string(),
+                cell: tag.to_string(),
+                recorded: 0,
+                planned: 0,
+                warmups_missing: 0,
+            });
+        if warmup {
+            c.warmups_missing += usize::from(!recorded);
+        } else {
+            c.planned += 1;
+            c.recorded += usize::from(recorded);
+        }
+    }
+    out.short = by_cell
+        .into_values()
+        .filter(|c| c.recorded < c.planned || c.warmups_missing > 0)
+        .collect();
+    (!out.short.is_empty()).then_some(out)
+}
+
 /// Everything the renderers need.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -192,6 +290,8 @@ pub struct Report {
     pub boot: Boot,
     /// Trim override.
     pub trim: Option<usize>,
+    /// What the plan has that the results lack (`None`: complete, or no plan.json).
+    pub incomplete: Option<Completeness>,
 }
 
 fn analysis_of(root: &Path) -> crate::sweep::manifest::AnalysisDef {
@@ -351,7 +451,9 @@ pub fn build(
             rows[i].vs_baseline = stats::ratio(&cell_runs, &base_runs, boot);
         }
     }
+    let incomplete = completeness(root, &records);
     Ok(Report {
+        incomplete,
         root: root.to_path_buf(),
         campaign: records[0].campaign.clone(),
         rows,
@@ -360,6 +462,19 @@ pub fn build(
         baseline,
         boot,
         trim,
+    })
+}
+
+/// The report as text in `format`.
+///
+/// # Errors
+/// JSON serialisation.
+pub fn render(report: &Report, format: Format) -> Result<String> {
+    Ok(match format {
+        Format::Md => render::markdown(report),
+        Format::Csv => render::csv(report),
+        Format::Json => render::json(report)?,
+        Format::Jsonl => render::jsonl(report)?,
     })
 }
 
@@ -374,13 +489,19 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         args.trim,
         args.resamples,
     )?;
-    let text = match args.format {
-        Format::Md => render::markdown(&report),
-        Format::Csv => render::csv(&report),
-        Format::Json => render::json(&report)?,
-        Format::Jsonl => render::jsonl(&report)?,
-    };
-    crate::sweep::emit(&text)?;
+    crate::sweep::emit(&render(&report, args.format)?)?;
+    // The md text says so itself; csv and json keep their shape, so say it on stderr too.
+    if let Some(c) = &report.incomplete {
+        eprintln!(
+            "warning: {} is incomplete: {}",
+            args.results.display(),
+            c.summary()
+        );
+        eprintln!(
+            "hint: `bmoe-bench sweep MANIFEST -o {} --resume` runs what is missing",
+            args.results.display()
+        );
+    }
     if let Some(dir) = &args.plots {
         let files = plot::write_all(&report, dir, args.x.as_deref())?;
         for f in files {

@@ -1,5 +1,6 @@
-//! SVG plots (plotters): tok/s per cell with its 95 % interval, and tok/s against one axis as
-//! curves (one per combination of the other axes).
+//! SVG plots (plotters): tok/s per cell with its interval, and tok/s against one axis as curves
+//! (one per combination of the other axes). Every plot says which interval its whiskers are:
+//! across runs where that is a result, else within runs (token noise only).
 
 use std::path::{Path, PathBuf};
 
@@ -18,13 +19,53 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
+/// Which interval a cell's whisker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whisker {
+    /// The Student-t interval across runs (an informative one).
+    Across,
+    /// The within-run bootstrap over tokens: drawn where the across-run interval is missing
+    /// or uninformative; an interval for the same mean, but token noise only (too narrow).
+    Within,
+    /// No interval at all.
+    Bare,
+}
+
+impl Whisker {
+    /// The legend text: what the whisker actually is.
+    fn label(self) -> &'static str {
+        match self {
+            Whisker::Across => "95% CI across runs",
+            Whisker::Within => "95% CI within runs (token noise only)",
+            Whisker::Bare => "no interval",
+        }
+    }
+}
+
 /// The whisker of a cell's dot (drawn at `tok_s`): the across-run interval, else the within-run
-/// one — both are intervals for that same mean of per-run tok/s.
-fn ci_of(r: &CellRow) -> (f64, f64) {
-    r.stats
-        .reps_ci
-        .or(r.stats.within_ci)
-        .unwrap_or((r.stats.tok_s, r.stats.tok_s))
+/// one — both are intervals for that same mean of per-run tok/s — and which one it is.
+fn ci_of(r: &CellRow) -> (Whisker, (f64, f64)) {
+    match (r.stats.reps_ci, r.stats.within_ci) {
+        (Some(ci), _) => (Whisker::Across, ci),
+        (None, Some(ci)) => (Whisker::Within, ci),
+        (None, None) => (Whisker::Bare, (r.stats.tok_s, r.stats.tok_s)),
+    }
+}
+
+/// What the whiskers of `kinds` are, for a plot's title: one kind, or the across-run interval
+/// with the within-run one where hollow.
+fn whisker_caption(kinds: &[Whisker]) -> String {
+    let has = |k| kinds.contains(&k);
+    match (has(Whisker::Across), has(Whisker::Within)) {
+        (true, true) => format!(
+            "whiskers: {}; hollow: {}",
+            Whisker::Across.label(),
+            Whisker::Within.label()
+        ),
+        (true, false) => format!("whiskers: {}", Whisker::Across.label()),
+        (false, true) => format!("whiskers: {}", Whisker::Within.label()),
+        (false, false) => "no intervals".into(),
+    }
 }
 
 fn file_safe(s: &str) -> String {
@@ -59,12 +100,8 @@ pub fn write_all(report: &Report, dir: &Path, x: Option<&str>) -> Result<Vec<Pat
             file_safe(sweep),
             file_safe(model)
         ));
-        cells_plot(
-            &path,
-            &format!("{sweep} · {model}: tok/s per cell (95% CI)"),
-            rows,
-        )
-        .map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))?;
+        cells_plot(&path, &format!("{sweep} · {model}: tok/s per cell"), rows)
+            .map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))?;
         files.push(path);
         if let Some(axis) = x {
             if !rows.iter().any(|r| r.axes.contains_key(axis)) {
@@ -107,7 +144,7 @@ fn cells_plot(path: &Path, title: &str, rows: &[&CellRow]) -> DrawResult {
     root.fill(&WHITE)?;
     let ymax = rows
         .iter()
-        .map(|r| ci_of(r).1.max(r.stats.tok_s))
+        .map(|r| ci_of(r).1.1.max(r.stats.tok_s))
         .fold(0.0f64, f64::max)
         * 1.15
         + 1e-9;
@@ -132,22 +169,56 @@ fn cells_plot(path: &Path, title: &str, rows: &[&CellRow]) -> DrawResult {
         })
         .y_desc("tok/s")
         .draw()?;
-    chart.draw_series(rows.iter().enumerate().map(|(i, r)| {
-        let (lo, hi) = ci_of(r);
-        ErrorBar::new_vertical(i as f64, lo, r.stats.tok_s, hi, COLORS[0].filled(), 12)
-    }))?;
-    chart.draw_series(
-        rows.iter()
+    // One series per kind of whisker, each labelled in the legend with what it is.
+    let grey = RGBColor(128, 128, 128);
+    for kind in [Whisker::Across, Whisker::Within, Whisker::Bare] {
+        let pts: Vec<(usize, f64, f64, f64)> = rows
+            .iter()
             .enumerate()
-            .map(|(i, r)| Circle::new((i as f64, r.stats.tok_s), 4, COLORS[0].filled())),
-    )?;
+            .filter_map(|(i, r)| {
+                let (k, (lo, hi)) = ci_of(r);
+                (k == kind).then_some((i, lo, r.stats.tok_s, hi))
+            })
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let color = if kind == Whisker::Across {
+            COLORS[0]
+        } else {
+            grey
+        };
+        if kind != Whisker::Bare {
+            chart.draw_series(pts.iter().map(|&(i, lo, y, hi)| {
+                ErrorBar::new_vertical(i as f64, lo, y, hi, color.filled(), 12)
+            }))?;
+        }
+        chart
+            .draw_series(
+                pts.iter()
+                    .map(|&(i, _, y, _)| Circle::new((i as f64, y), 4, color.filled())),
+            )?
+            .label(kind.label())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y - 5), (x, y + 5)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }
 
+/// A point of a curve: x, tok/s, the whisker's bounds and kind.
+type Point = (f64, f64, f64, f64, Whisker);
+
 fn curve_plot(path: &Path, title: &str, axis: &str, rows: &[&CellRow]) -> DrawResult {
     // Series = the other axes' values; points need a numeric x.
-    let mut series: IndexMap<String, Vec<(f64, f64, f64, f64)>> = IndexMap::new();
+    let mut series: IndexMap<String, Vec<Point>> = IndexMap::new();
     for r in rows {
         let Some(xv) = r.axes.get(axis).and_then(|v| v.parse::<f64>().ok()) else {
             continue;
@@ -158,7 +229,7 @@ fn curve_plot(path: &Path, title: &str, axis: &str, rows: &[&CellRow]) -> DrawRe
             .filter(|(k, _)| k.as_str() != axis)
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        let (lo, hi) = ci_of(r);
+        let (kind, (lo, hi)) = ci_of(r);
         series
             .entry(if key.is_empty() {
                 "all".into()
@@ -166,9 +237,9 @@ fn curve_plot(path: &Path, title: &str, axis: &str, rows: &[&CellRow]) -> DrawRe
                 key.join(" ")
             })
             .or_default()
-            .push((xv, r.stats.tok_s, lo, hi));
+            .push((xv, r.stats.tok_s, lo, hi, kind));
     }
-    let pts: Vec<&(f64, f64, f64, f64)> = series.values().flatten().collect();
+    let pts: Vec<&Point> = series.values().flatten().collect();
     if pts.is_empty() {
         return Err(format!("axis `{axis}` has no numeric values").into());
     }
@@ -179,10 +250,12 @@ fn curve_plot(path: &Path, title: &str, axis: &str, rows: &[&CellRow]) -> DrawRe
         });
     let pad = ((xmax - xmin) * 0.05).max(0.5);
     let ymax = pts.iter().map(|p| p.3.max(p.1)).fold(0.0f64, f64::max) * 1.15 + 1e-9;
+    let kinds: Vec<Whisker> = pts.iter().map(|p| p.4).collect();
+    let title = format!("{title} ({})", whisker_caption(&kinds));
     let root = SVGBackend::new(path, (720, 440)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
+        .caption(title, ("sans-serif", 15))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
@@ -202,8 +275,18 @@ fn curve_plot(path: &Path, title: &str, axis: &str, rows: &[&CellRow]) -> DrawRe
             });
         chart.draw_series(
             p.iter()
+                .filter(|q| q.4 != Whisker::Bare)
                 .map(|q| ErrorBar::new_vertical(q.0, q.2, q.1, q.3, color.filled(), 8)),
         )?;
+        // A within-run whisker is marked hollow, as the title says.
+        chart.draw_series(p.iter().map(|q| {
+            let style = if q.4 == Whisker::Within {
+                color.stroke_width(2)
+            } else {
+                color.filled()
+            };
+            Circle::new((q.0, q.1), 4, style)
+        }))?;
     }
     chart
         .configure_series_labels()

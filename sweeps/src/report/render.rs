@@ -108,6 +108,25 @@ fn groups(report: &Report) -> IndexMap<(String, String, String), Vec<&CellRow>> 
 pub fn markdown(report: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# {} — {}\n", report.campaign, report.root.display());
+    if let Some(c) = &report.incomplete {
+        let _ = writeln!(
+            s,
+            "**Incomplete: {} of {} planned runs recorded** (warm-ups included): the sweep was interrupted or is still running, and `bmoe-bench sweep MANIFEST -o {} --resume` runs the rest. Short cells:\n",
+            c.recorded,
+            c.planned,
+            report.root.display()
+        );
+        for cell in &c.short {
+            let _ = writeln!(
+                s,
+                "- sweep `{}` · `{}`: {}",
+                cell.sweep,
+                cell.cell,
+                cell.runs_text()
+            );
+        }
+        s.push('\n');
+    }
     let base = report.baseline.as_deref();
     for ((sweep, model, device), rows) in groups(report) {
         let _ = writeln!(

@@ -6,6 +6,7 @@
 
 pub mod cgroup;
 pub mod device;
+pub mod engine_flags;
 pub mod expand;
 pub mod manifest;
 pub mod progress;
@@ -198,6 +199,92 @@ fn report_failure(
     failed.push(path.display().to_string());
 }
 
+/// `--check` and `--dry-run`: every cell's arguments against the flags its engine lists in
+/// `--help` (run once per binary), so a misspelt flag is refused before anything runs, naming
+/// the cell and the manifest entry it comes from. An engine whose help cannot be had here (not
+/// built, built for another machine) is reported as not checked, not as an error.
+///
+/// # Errors
+/// Arguments an engine would refuse, all of them in one error.
+pub fn check_engine_flags(manifest: &std::path::Path, plan: &expand::Plan) -> Result<()> {
+    use std::collections::BTreeMap;
+    type Engine = std::result::Result<(PathBuf, engine_flags::EngineFlags), String>;
+    /// (binary, origin, word): one mistake in the manifest, however many cells it reaches.
+    type Mistake = (String, String, String);
+    /// The first cell it reaches, how many, the flag it is closest to.
+    type Reach = (String, usize, Option<String>);
+    let mut engines: BTreeMap<String, Engine> = BTreeMap::new();
+    let mut problems: indexmap::IndexMap<Mistake, Reach> = indexmap::IndexMap::new();
+    for c in &plan.cells {
+        let engine = engines.entry(c.binary.clone()).or_insert_with(|| {
+            let path = runner::resolve_binary(&c.binary).map_err(|e| format!("{e:#}"))?;
+            let flags = engine_flags::EngineFlags::from_binary(&path)?;
+            Ok((path, flags))
+        });
+        let Ok((path, flags)) = engine else { continue };
+        for u in flags.unknown(&c.args) {
+            let origin = c
+                .arg_origins
+                .get(u.index)
+                .cloned()
+                .unwrap_or_else(|| "the cell's arguments".into());
+            let e = problems
+                .entry((path.display().to_string(), origin, u.word))
+                .or_insert_with(|| {
+                    (
+                        format!("sweep `{}`, cell `{}`", c.sweep, c.tag),
+                        0,
+                        u.similar,
+                    )
+                });
+            e.1 += 1;
+        }
+    }
+    for (bin, e) in &engines {
+        if let Err(why) = e {
+            eprintln!(
+                "warning: {}: flags not checked against engine `{bin}`: {why}",
+                manifest.display()
+            );
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let mut msg = format!(
+        "{}: {} argument(s) the engine does not take:",
+        manifest.display(),
+        problems.len()
+    );
+    for ((bin, origin, word), (cell, n, similar)) in &problems {
+        let what = if word.starts_with('-') {
+            format!("is not a flag of {bin}")
+        } else {
+            format!("is no flag's value, and {bin} takes no positional argument")
+        };
+        let more = if *n > 1 {
+            format!(" (and {} more cell(s))", n - 1)
+        } else {
+            String::new()
+        };
+        let tip = similar
+            .as_ref()
+            .map_or(String::new(), |s| format!("; did you mean `{s}`?"));
+        msg.push_str(&format!(
+            "\n  {cell}{more}: `{word}` from {origin} {what}{tip}"
+        ));
+    }
+    let bin = problems
+        .keys()
+        .next()
+        .map_or("bmoe-cli", |(b, _, _)| b.as_str());
+    Err(Hinted::new(
+        msg,
+        format!("fix the flag in the manifest; `{bin} --help` lists every flag the engine takes"),
+    )
+    .into())
+}
+
 /// Runs one manifest into `out` [default: results/<name>].
 ///
 /// # Errors
@@ -205,6 +292,7 @@ fn report_failure(
 fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -> Result<()> {
     let (plan, text) = load(manifest)?;
     if args.check || args.dry_run {
+        check_engine_flags(manifest, &plan)?;
         let warm = plan.runs.iter().filter(|r| r.warmup).count();
         let sweeps: std::collections::BTreeSet<&str> =
             plan.cells.iter().map(|c| c.sweep.as_str()).collect();
@@ -239,14 +327,26 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
         return emit(&out);
     }
     let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
-    let stop = AtomicBool::new(false);
-    let t0 = Instant::now();
     let opts = runner::RunOptions {
         out: out.clone(),
         resume: args.resume,
         force: args.force,
     };
-    let outcome = runner::run(&plan, &text, &opts, &stop).context("sweep failed")?;
+    execute(&plan, &text, &opts)?;
+    eprintln!("next: bmoe-bench report {}", out.display());
+    Ok(())
+}
+
+/// Runs an expanded manifest (`text` is what the results directory keeps) into `opts.out` and
+/// prints the summary on stderr.
+///
+/// # Errors
+/// Setup and I/O errors; also when runs failed (after all ran).
+pub fn execute(plan: &expand::Plan, text: &str, opts: &runner::RunOptions) -> Result<()> {
+    let out = &opts.out;
+    let stop = AtomicBool::new(false);
+    let t0 = Instant::now();
+    let outcome = runner::run(plan, text, opts, &stop).context("sweep failed")?;
     let ok = outcome.by_status.get("ok").copied().unwrap_or(0);
     let bad: usize = outcome
         .by_status
@@ -286,6 +386,5 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
         )
         .into());
     }
-    eprintln!("next: bmoe-bench report {}", out.display());
     Ok(())
 }

@@ -163,15 +163,15 @@ impl RunRecord {
     }
 
     /// Why a non-zero exit failed, for `error`: the OOM kill or the signal named, else the
-    /// exit status; then the last line of stderr.
-    pub fn exit_text(&self, last_stderr: &str) -> String {
+    /// exit status; then `stderr`, what stderr says (its `error:` line, else its last line).
+    pub fn exit_text(&self, stderr: &str) -> String {
         let what = match (self.oom_text(), self.signal, self.exit_code) {
             (Some(oom), _, _) => oom,
             (None, Some(sig), _) => format!("killed by {}", signal_name(sig)),
             (None, None, Some(code)) => format!("exit status {code}"),
             (None, None, None) => "no exit status".into(),
         };
-        format!("{what}; last stderr line: {last_stderr}")
+        format!("{what}; {stderr}")
     }
 
     /// The key that identifies a run across resumes.

@@ -618,12 +618,6 @@ fn execute(
         .map_err(|e| format!("cannot create stdout.txt: {e}"))?;
     let stderr = File::create(tmp.join("stderr.txt"))
         .map_err(|e| format!("cannot create stderr.txt: {e}"))?;
-    let argv_json = serde_json::json!({"argv": rec.argv, "env": cell.env, "device_command": argv});
-    fs::write(
-        tmp.join("argv.json"),
-        serde_json::to_string_pretty(&argv_json).unwrap_or_default(),
-    )
-    .map_err(|e| e.to_string())?;
     let overhead_before = t0.elapsed();
 
     rec.started_unix = now_unix();
@@ -731,7 +725,7 @@ fn execute(
                 None => "the engine exited 0 but wrote no CSV".into(),
             }
         } else {
-            rec.exit_text(&last_line(&tmp.join("stderr.txt")))
+            rec.exit_text(&stderr_summary(&tmp.join("stderr.txt")))
         });
     }
     let state = serde_json::json!({"before": rec.state_before, "after": rec.state_after, "cooldown_waited_s": rec.cooldown_waited_s, "gate_met": rec.gate_met});
@@ -740,19 +734,28 @@ fn execute(
         serde_json::to_string_pretty(&state).unwrap_or_default(),
     )
     .map_err(|e| e.to_string())?;
+    let mut device_command = argv;
     if !dev.is_remote() {
-        // The CSV was written into the temporary directory that is about to become the run's.
+        // The CSV was written into the temporary directory that is about to become the run's:
+        // argv.json and run.json both name the final one, where the files will be.
         let final_dir = sh.results.run_dir(&cell.sweep, &cell.tag, &run.rep);
         let (from, to) = (
             tmp.to_string_lossy().into_owned(),
             final_dir.to_string_lossy().into_owned(),
         );
-        for a in &mut rec.argv {
-            if a.starts_with(&from) {
-                *a = a.replacen(&from, &to, 1);
+        for a in rec.argv.iter_mut().chain(device_command.iter_mut()) {
+            if a.contains(&from) {
+                *a = a.replace(&from, &to);
             }
         }
     }
+    let argv_json =
+        serde_json::json!({"argv": rec.argv, "env": cell.env, "device_command": device_command});
+    fs::write(
+        tmp.join("argv.json"),
+        serde_json::to_string_pretty(&argv_json).unwrap_or_default(),
+    )
+    .map_err(|e| format!("cannot write argv.json: {e}"))?;
     rec.overhead_s = (overhead_before + t1.elapsed()).as_secs_f64();
     Ok(Some(tmp))
 }
@@ -771,16 +774,33 @@ fn model_sha(path: &Path) -> Result<String, String> {
     Ok(s)
 }
 
-fn last_line(path: &Path) -> String {
-    fs::read_to_string(path)
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .map(|l| l.chars().take(300).collect())
-        })
-        .unwrap_or_else(|| "(empty)".into())
+/// What a failed run's stderr says, for its `error`: the last `error:` line with the `tip:` and
+/// `hint:` lines after it (clap puts a usage block between them and the hint last, so the last
+/// line alone is only the hint), else `last stderr line: ...`.
+fn stderr_summary(path: &Path) -> String {
+    let clip = |l: &str| -> String { l.chars().take(300).collect() };
+    let text = fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if let Some(i) = lines.iter().rposition(|l| l.starts_with("error:")) {
+        let mut parts = vec![clip(lines[i])];
+        parts.extend(
+            lines[i + 1..]
+                .iter()
+                .filter(|l| l.starts_with("tip:") || l.starts_with("hint:"))
+                .map(|l| clip(l)),
+        );
+        return parts.join("; ");
+    }
+    format!(
+        "last stderr line: {}",
+        lines.last().map_or_else(|| "(empty)".into(), |l| clip(l))
+    )
 }
 
 /// Token count and tok/s (tokens / Σ wall) of a CSV.

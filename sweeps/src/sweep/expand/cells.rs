@@ -61,9 +61,10 @@ pub(super) fn build_cell(
     let Invocation {
         binary,
         args,
+        arg_origins,
         env,
         mem_limit,
-    } = invocation(cx, inp, combo, &model, &rendered, &vars)?;
+    } = invocation(cx, sw, inp, combo, &model, &rendered, &vars)?;
     Ok(Some(Cell {
         sweep: inp.sweep.to_string(),
         tag,
@@ -71,6 +72,7 @@ pub(super) fn build_cell(
         model,
         binary,
         args,
+        arg_origins,
         env,
         axes: rendered,
         mem_limit,
@@ -198,16 +200,27 @@ struct Invocation {
     binary: String,
     /// Arguments after `-m <model>`.
     args: Vec<String>,
+    /// Where each argument comes from, for errors (`--check` against the engine's flags).
+    arg_origins: Vec<String>,
     /// Environment: the device's, the sweep's, env-kind axes.
     env: BTreeMap<String, String>,
     /// Memory cap in bytes.
     mem_limit: Option<u64>,
 }
 
+impl Invocation {
+    /// Attributes the arguments added since the last note to `origin`.
+    fn note(&mut self, origin: String) {
+        let n = self.args.len() - self.arg_origins.len();
+        self.arg_origins.extend(std::iter::repeat_n(origin, n));
+    }
+}
+
 /// The command of the cell: binary, then argv in the order model flags, the sweep's flags, the
 /// explicit cell's flags, the axes, `-n`, and `--session` or `-p`.
 fn invocation(
     cx: &Ctx<'_>,
+    sw: &SweepDef,
     inp: &CellInputs<'_>,
     combo: &Combo,
     model: &str,
@@ -227,19 +240,39 @@ fn invocation(
     let mut inv = Invocation {
         binary,
         args: Vec::new(),
+        arg_origins: Vec::new(),
         env,
         mem_limit: inp.mem_limit,
     };
+    let line = |span: Range<usize>| cx.src.position(span.start).0;
     if let Some(md) = model_def {
         inv.args.extend(md.get_ref().flags.iter().cloned());
+        inv.note(format!(
+            "`flags` of model `{model}` (line {})",
+            line(md.span())
+        ));
     }
     inv.args.extend(inp.base_flags.iter().cloned());
+    inv.note(if sw.flags.is_some() {
+        format!("`flags` of sweep `{}`", inp.sweep)
+    } else {
+        "`flags` of [defaults]".to_string()
+    });
     inv.args.extend(combo.cell_flags.iter().cloned());
+    inv.note(format!(
+        "`flags` of cell `{}` (line {})",
+        combo.cell_name.as_deref().unwrap_or("?"),
+        line(span.clone())
+    ));
     // argv follows the order of the [axes] definitions, whatever order a cell names them in.
     let mut in_def_order: Vec<&(String, String)> = rendered.iter().collect();
     in_def_order.sort_by_key(|(a, _)| cx.m.axes.get_index_of(a));
     for (axis, val) in in_def_order {
         apply_axis(cx, axis, val, &span, &mut inv)?;
+        inv.note(format!(
+            "axis `{axis}` ([axes.{axis}], line {})",
+            line(cx.m.axes[axis.as_str()].span())
+        ));
     }
     // Placeholders in fixed flags ({cap} from vars).
     for a in &mut inv.args {
@@ -258,12 +291,15 @@ fn invocation(
     {
         inv.args.push("-n".into());
         inv.args.push(n.to_string());
+        inv.note("`n_predict`".into());
     }
     if inp.session {
         inv.args.push("--session".into());
+        inv.note("`session`".into());
     } else if let Some(p) = inp.prompt {
         inv.args.push("-p".into());
         inv.args.push(p.to_string());
+        inv.note("`prompt`".into());
     }
     if inv.binary.contains('/') && !Path::new(&inv.binary).is_absolute() {
         inv.binary = cx

@@ -112,6 +112,10 @@ pub struct Cell {
     pub binary: String,
     /// Arguments after `-m <model>` (the runner appends `--csv <path>`).
     pub args: Vec<String>,
+    /// Where each of `args` comes from in the manifest (``axis `cache` ([axes.cache], line
+    /// 7)``), for errors that name it.
+    #[serde(skip)]
+    pub arg_origins: Vec<String>,
     /// Environment for the run.
     pub env: BTreeMap<String, String>,
     /// Axis name -> rendered value, in axis order.
