@@ -101,7 +101,8 @@ fn create_outputs(cfg: &RunConfig) -> Result<(), EngineError> {
 /// (not in `cli`) because making the built-in model can fail like a load does.
 impl Cli {
     /// Resolves the flags into a run configuration; without `-m`, the built-in tiny model is
-    /// used (synthesised into the cache folder on first use, said on `note`).
+    /// used (synthesised into the cache folder on first use, said on `note`). Flags given with
+    /// no effect on this run are warned about on `note`.
     ///
     /// # Errors
     /// A flag's value ([`EngineError::Flag`]) or the built-in model's set-up.
@@ -121,6 +122,10 @@ impl Cli {
             );
             self.model.model = Some(path);
         }
-        Ok(self.resolve()?)
+        let cfg = self.resolve()?;
+        for w in self.inert_flags() {
+            let _ = writeln!(note, "bmoe: warning: {w}");
+        }
+        Ok(cfg)
     }
 }
