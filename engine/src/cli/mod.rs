@@ -149,6 +149,7 @@ impl Cli {
             decide_state_max_mib: s
                 .decide_state_max_mib
                 .unwrap_or(session::DEFAULT_DECIDE_STATE_MAX_MIB),
+            terminal: false,
         })
     }
 

@@ -1,7 +1,8 @@
 //! What `bmoe-cli` tells a user about their command line, on the real binary: llama.cpp flags it
-//! does not take, flag values checked whether or not they take effect, `-f FILE`, `-V`.
+//! does not take, flag values checked whether or not they take effect, `-f FILE`, `-V`, and the
+//! answer's control characters on a terminal (a real pty, through `script`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -196,4 +197,74 @@ fn valid_values_without_effect_are_warned_about_and_the_run_goes_ahead() {
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(!err.contains("has no effect"), "{err}");
+}
+
+/// Text the tiny model is made to generate (`--test-force-text`): ESC sequences that would
+/// recolour and clear the screen, BEL, SUB, DEL, a carriage return and other C0 controls.
+const HOSTILE: &str = "ok\u{1b}[31mred\u{1b}[2J\u{7}\u{1a}\u{7f}\u{8}\r\u{0c}\tend";
+
+fn hostile_args(model: &Path) -> Vec<String> {
+    let mut a: Vec<String> = ["-m", model.to_str().expect("utf-8 path")]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    a.extend(
+        [
+            "-p",
+            "Hi",
+            "-n",
+            "40",
+            "-t",
+            "2",
+            "-c",
+            "128",
+            "--ignore-eos",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    a.push("--test-force-text".into());
+    a.push(HOSTILE.into());
+    a
+}
+
+/// The controls of [`HOSTILE`] as a terminal must show them.
+const SHOWN: &str =
+    "ok\u{241b}[31mred\u{241b}[2J\u{2407}\u{241a}\u{2421}\u{2408}\u{240d}\u{240c}\tend";
+
+#[test]
+fn piped_answers_keep_every_byte() {
+    let o = Command::new(BIN)
+        .args(hostile_args(&tiny().path))
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(HOSTILE), "{out:?}");
+    assert!(!out.contains('\u{241b}'), "{out:?}");
+}
+
+#[test]
+fn a_terminal_sees_the_answers_controls_not_their_effect() {
+    // a real pty: `script` runs bmoe-cli on one and copies what the terminal received
+    let args: Vec<String> = hostile_args(&tiny().path)
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let command = format!("{BIN} {}", args.join(" "));
+    let o = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run script (util-linux)");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let seen = String::from_utf8_lossy(&o.stdout);
+    // the pty turns \n into \r\n (onlcr); that \r is the terminal's, not the model's
+    let seen = seen.replace("\r\n", "\n");
+    assert!(seen.contains(SHOWN), "{seen:?}");
+    let answer_at = seen.find("ok\u{241b}").expect("answer");
+    let bad = seen[answer_at..]
+        .chars()
+        .find(|&c| c != '\n' && c != '\t' && c.is_control());
+    assert_eq!(bad, None, "a raw control reached the terminal: {seen:?}");
 }
