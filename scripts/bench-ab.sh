@@ -71,7 +71,7 @@ mkdir -p "$OUT/raw"
 {
   echo "date_utc=$(date -u +%FT%TZ) loadavg=$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "model=$MODEL bytes=$(stat -c %s "$MODEL")"
-  echo "bin=$BIN bin_b=$BIN_B engine=$("$BIN" --version) threads=$THREADS n=$N feed=random:$FEED_SEED pairs=$PAIRS cgroup_gib=${CGROUP_GIB:-none}"
+  echo "bin=$BIN bin_b=$BIN_B engine=$("$BIN" --version | awk '{print $NF}') threads=$THREADS n=$N feed=random:$FEED_SEED pairs=$PAIRS cgroup_gib=${CGROUP_GIB:-none}"
   echo "a: label=$LABEL_A flags='$A_FLAGS' env='$A_ENV'"
   echo "b: label=$LABEL_B flags='$B_FLAGS' env='$B_ENV'"
   echo "configs='$CONFIGS'"

@@ -95,7 +95,7 @@ mkdir -p "$OUT/raw"
 {
   echo "date_utc=$(date -u +%FT%TZ) loadavg=$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "model=$MODEL bytes=$(stat -c %s "$MODEL")"
-  echo "engine=$("$BIN" --version) bin=$BIN threads=$THREADS n=$N feed=random:$FEED_SEED limit_mib=$LIMIT_MIB cache_mb=$CACHE_MB ubatch=$UBATCH prompt='$PROMPT'"
+  echo "engine=$("$BIN" --version | awk '{print $NF}') bin=$BIN threads=$THREADS n=$N feed=random:$FEED_SEED limit_mib=$LIMIT_MIB cache_mb=$CACHE_MB ubatch=$UBATCH prompt='$PROMPT'"
   echo "runs='$RUNS' reps=$REPS evict=$EVICT compete=${COMPETE:-none} compete_mbps=$COMPETE_MBPS cgroup=v$CGV"
   echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) nproc=$(nproc)"
   dev=$(basename "$(df --output=source "$MODEL" | tail -1)")

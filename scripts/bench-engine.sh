@@ -71,7 +71,7 @@ mkdir -p "$OUT/raw"
 {
   echo "date_utc=$(date -u +%FT%TZ) loadavg=$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "model=$MODEL bytes=$(stat -c %s "$MODEL")"
-  echo "engine=$("$BIN" --version) bin=$BIN threads=$THREADS n=$N feed=random:$FEED_SEED limit_gib=$LIMIT_GIB caches='$CACHES'"
+  echo "engine=$("$BIN" --version | awk '{print $NF}') bin=$BIN threads=$THREADS n=$N feed=random:$FEED_SEED limit_gib=$LIMIT_GIB caches='$CACHES'"
   echo "sections='$SECTIONS' reps=$REPS variants='${VARIANTS[*]}' env_a='$ENV_A' env_b='$ENV_B' bin_b=${BIN_B:-}"
   echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) nproc=$(nproc)"
   echo "mem_total_kib=$(awk '/MemTotal/{print $2}' /proc/meminfo) mem_available_kib=$(awk '/MemAvailable/{print $2}' /proc/meminfo)"

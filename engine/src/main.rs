@@ -1,24 +1,26 @@
 //! `bmoe-cli`: run a GGUF model; with `--moe-stream`, stream the routed experts from flash.
 
 use bmoe_engine::{Cli, EngineError, ExitStatus, RunConfig};
-use clap::Parser;
+use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if let Some(e) = Cli::llama_cpp_habit(&args) {
+        let e = EngineError::from(e);
+        eprintln!("error: {e}\nhint: {}", e.hint());
+        return e.exit_status().into();
+    }
+    let cli = match Cli::parse_args(args) {
         Ok(cli) => cli,
-        // --help prints as clap writes it (stdout, exit 0)
+        // --help and --version print as clap writes them (stdout, exit 0)
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
             eprintln!("{}", usage_error(&e.render().to_string()));
             return ExitStatus::Usage.into();
         }
     };
-    if cli.wants_version() {
-        println!("{}", env!("CARGO_PKG_VERSION"));
-        return ExitStatus::Success.into();
-    }
     if let Some(listing) = cli.archs_listing() {
         print!("{listing}");
         return ExitStatus::Success.into();

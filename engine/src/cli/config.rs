@@ -67,4 +67,7 @@ pub struct RunConfig {
     pub force_text: Option<String>,
     /// `--decide-state-max-mib`: the largest decide prefix state kept, in MiB (0 = none).
     pub decide_state_max_mib: u64,
+    /// stdout is a terminal: a one-shot run shows the answer's control characters instead of
+    /// sending them (not a flag: found at start-up; piped output stays byte for byte).
+    pub terminal: bool,
 }

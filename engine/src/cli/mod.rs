@@ -6,6 +6,7 @@
 
 mod config;
 mod error;
+mod habits;
 mod memory;
 mod model;
 mod outputs;
@@ -22,14 +23,16 @@ pub use error::ConfigError;
 pub use sampling::Sampling;
 pub use streaming::StreamConfig;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
+use std::ffi::OsString;
 
 /// `bmoe-cli` flags.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "bmoe-cli",
+    version,
     about = "Run a GGUF model on llama.cpp; with --moe-stream, read only the routed experts from flash",
-    disable_version_flag = true,
     allow_negative_numbers = true
 )]
 pub struct Cli {
@@ -47,18 +50,52 @@ pub struct Cli {
     session: session::SessionArgs,
     #[command(flatten)]
     testing: testing::TestArgs,
-    /// Print the version and exit
-    #[arg(long = "version")]
-    version: bool,
     /// List the MoE architectures --moe-stream supports and exit
     #[arg(long = "list-archs")]
     list_archs: bool,
+    /// The ids of the flags the command line gave (not left to their defaults).
+    #[arg(skip)]
+    given: Vec<String>,
 }
 
 impl Cli {
-    /// `--version`.
-    pub fn wants_version(&self) -> bool {
-        self.version
+    /// The first flag of llama.cpp's that bmoe-cli does not take (`-ngl`, `-fa`, `-b`, `-cnv`,
+    /// `--no-mmap`, …) in `args` (the program name first), with what to do instead. Checked
+    /// before [`Cli::parse_args`], which would read `-ngl 0` as `-n gl`.
+    pub fn llama_cpp_habit(args: &[OsString]) -> Option<ConfigError> {
+        let words: Vec<String> = args
+            .iter()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        habits::llama_cpp_habit(&words)
+    }
+
+    /// Parses `args` (the program name first) as clap does, and remembers which flags were
+    /// given, for the warnings about flags that have no effect.
+    ///
+    /// # Errors
+    /// clap's: an unknown flag, a malformed value, `--help` and `--version` (which clap prints).
+    pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let cmd = Cli::command();
+        let m = cmd.clone().try_get_matches_from(args)?;
+        let mut cli = Cli::from_arg_matches(&m).map_err(|e| e.format(&mut Cli::command()))?;
+        cli.given = cmd
+            .get_arguments()
+            .map(|a| a.get_id().as_str())
+            .filter(|id| m.value_source(id) == Some(ValueSource::CommandLine))
+            .map(str::to_string)
+            .collect();
+        Ok(cli)
+    }
+
+    /// Whether the command line gave the flag whose clap id (its field name) is `id`.
+    fn given(&self, id: &str) -> bool {
+        self.given.iter().any(|g| g == id)
     }
 
     /// `--list-archs`: the architectures `--moe-stream` supports, as printed.
@@ -74,6 +111,7 @@ impl Cli {
     /// The first flag whose value cannot be used.
     pub fn resolve(&self) -> Result<RunConfig, ConfigError> {
         let shape = self.model.resolve()?;
+        let prompt = self.model.prompt()?;
         let sampling = self.sampling.resolve()?;
         let stream = self.stream.resolve()?;
         let poison = self.testing.poison()?;
@@ -82,7 +120,7 @@ impl Cli {
         let s = &self.session;
         Ok(RunConfig {
             model: shape.model,
-            prompt: self.model.prompt.clone(),
+            prompt,
             n_predict: shape.n_predict,
             threads: shape.threads,
             adaptive_threads: self.model.adaptive_threads,
@@ -111,7 +149,26 @@ impl Cli {
             decide_state_max_mib: s
                 .decide_state_max_mib
                 .unwrap_or(session::DEFAULT_DECIDE_STATE_MAX_MIB),
+            terminal: false,
         })
+    }
+
+    /// Flags the command line gave whose (valid) values have no effect in this run, one warning
+    /// each: the run goes ahead, but a user who typed them should know they did nothing.
+    pub(crate) fn inert_flags(&self) -> Vec<String> {
+        let given = |id: &str| self.given(id);
+        let mut warnings = self.sampling.inert(&given);
+        warnings.extend(self.stream.inert(&given));
+        if self.session.session {
+            for (id, flag) in [("prompt", "-p/--prompt"), ("file", "-f/--file")] {
+                if given(id) {
+                    warnings.push(format!(
+                        "{flag} has no effect with --session — each generate request on stdin carries its own prompt"
+                    ));
+                }
+            }
+        }
+        warnings
     }
 
     /// The flags that only make sense with another one.

@@ -17,6 +17,14 @@ pub struct ModelArgs {
     /// Prompt text
     #[arg(short = 'p', long = "prompt", default_value = DEFAULT_PROMPT)]
     pub prompt: String,
+    /// Read the prompt from this file instead (UTF-8; one trailing newline is dropped)
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "FILE",
+        conflicts_with = "prompt"
+    )]
+    pub file: Option<PathBuf>,
     /// Tokens to generate
     #[arg(
         short = 'n',
@@ -52,6 +60,33 @@ pub struct ModelArgs {
     /// Override the routing top-k (<arch>.expert_used_count); 0 = the model's own
     #[arg(long = "n-expert-used", default_value_t = 0, value_name = "K")]
     pub n_expert_used: i64,
+}
+
+impl ModelArgs {
+    /// The prompt: `-f`'s file, read now, or `-p`.
+    pub(super) fn prompt(&self) -> Result<String, ConfigError> {
+        let Some(path) = &self.file else {
+            return Ok(self.prompt.clone());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            let why = if e.kind() == std::io::ErrorKind::InvalidData {
+                "it is not UTF-8 text".to_string()
+            } else {
+                e.to_string()
+            };
+            ConfigError::new(
+                "-f/--file",
+                format!(
+                    "-f/--file: cannot read the prompt file {}: {why}",
+                    path.display()
+                ),
+                "check the path, or give the prompt inline with -p \"text\"",
+            )
+        })?;
+        // an editor ends the file with a newline the prompt did not mean to have (as llama.cpp)
+        let text = text.strip_suffix('\n').unwrap_or(&text);
+        Ok(text.strip_suffix('\r').unwrap_or(text).to_string())
+    }
 }
 
 /// The run's shape as resolved.

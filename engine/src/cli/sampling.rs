@@ -52,41 +52,56 @@ pub enum Sampling {
 }
 
 impl SamplingArgs {
-    /// Greedy below a positive temperature; otherwise the chain, its knobs checked and its seed
-    /// drawn now when none was given.
+    /// Greedy below a positive temperature; otherwise the chain, with its seed drawn now when
+    /// none was given. The chain's knobs are checked either way: a wrong value is wrong even
+    /// when greedy decoding would not use it ([`SamplingArgs::inert`] says so).
     pub(super) fn resolve(&self) -> Result<Sampling, ConfigError> {
-        if self.temp > 0.0 {
-            if self.top_k < 0 {
-                return Err(ConfigError::new(
-                    "--top-k",
-                    format!("--top-k must be >= 0 (got {})", self.top_k),
-                    "0 disables top-k",
-                ));
-            }
-            if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-                return Err(ConfigError::new(
-                    "--top-p",
-                    format!("--top-p must be in (0, 1] (got {})", self.top_p),
-                    "1.0 disables top-p",
-                ));
-            }
-            // never u32::MAX (the flag's range excludes it): the run names its seed
-            let seed = self.seed.unwrap_or_else(random_seed);
-            Ok(Sampling::Sample {
-                temp: self.temp,
-                top_k: i32::try_from(self.top_k).unwrap_or(i32::MAX),
-                top_p: self.top_p,
-                seed,
-            })
-        } else if self.temp.is_nan() {
-            Err(ConfigError::new(
+        if self.temp.is_nan() {
+            return Err(ConfigError::new(
                 "--temp",
                 "--temp is NaN",
                 "use 0 for greedy decoding or a positive temperature",
-            ))
-        } else {
-            Ok(Sampling::Greedy)
+            ));
         }
+        if self.top_k < 0 {
+            return Err(ConfigError::new(
+                "--top-k",
+                format!("--top-k must be >= 0 (got {})", self.top_k),
+                "0 disables top-k",
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(ConfigError::new(
+                "--top-p",
+                format!("--top-p must be in (0, 1] (got {})", self.top_p),
+                "a probability mass, e.g. --top-p 0.9; 1.0 disables top-p",
+            ));
+        }
+        if self.temp <= 0.0 {
+            return Ok(Sampling::Greedy);
+        }
+        // never u32::MAX (the flag's range excludes it): the run names its seed
+        let seed = self.seed.unwrap_or_else(random_seed);
+        Ok(Sampling::Sample {
+            temp: self.temp,
+            top_k: i32::try_from(self.top_k).unwrap_or(i32::MAX),
+            top_p: self.top_p,
+            seed,
+        })
+    }
+
+    /// The sampling flags among `given` (clap ids) that greedy decoding does not use.
+    pub(super) fn inert(&self, given: &dyn Fn(&str) -> bool) -> Vec<String> {
+        if self.temp > 0.0 {
+            return Vec::new();
+        }
+        [("top_k", "--top-k"), ("top_p", "--top-p"), ("seed", "--seed")]
+            .into_iter()
+            .filter(|(id, _)| given(id))
+            .map(|(_, flag)| {
+                format!("{flag} has no effect with greedy decoding (--temp 0) — add --temp T (> 0) to sample")
+            })
+            .collect()
     }
 }
 

@@ -68,7 +68,8 @@ pub struct StreamConfig {
 }
 
 impl StreamArgs {
-    /// `None` without `--moe-stream` (its knobs are then inert, as in the original engine).
+    /// `None` without `--moe-stream`. Every knob's value is checked either way: a wrong value is
+    /// wrong even where it would have no effect ([`StreamArgs::inert`] says so).
     pub(super) fn resolve(&self) -> Result<Option<StreamConfig>, ConfigError> {
         let staged = match self.overlap_kind.as_deref() {
             None | Some("uffd") => false,
@@ -88,15 +89,12 @@ impl StreamArgs {
                 "add --overlap, or drop --overlap-kind",
             ));
         }
-        if !self.moe_stream {
-            if self.overlap {
-                return Err(ConfigError::new(
-                    "--overlap",
-                    "--overlap requires --moe-stream",
-                    "overlap hides the streamed experts' reads behind compute; add --moe-stream",
-                ));
-            }
-            return Ok(None);
+        if self.overlap && !self.moe_stream {
+            return Err(ConfigError::new(
+                "--overlap",
+                "--overlap requires --moe-stream",
+                "overlap hides the streamed experts' reads behind compute; add --moe-stream",
+            ));
         }
         if !(1..=8).contains(&self.io_threads) {
             return Err(ConfigError::new(
@@ -106,6 +104,9 @@ impl StreamArgs {
             ));
         }
         let (cache_mb, auto) = self.cache()?;
+        if !self.moe_stream {
+            return Ok(None);
+        }
         Ok(Some(StreamConfig {
             cache_mb,
             auto,
@@ -118,43 +119,79 @@ impl StreamArgs {
         }))
     }
 
-    /// `--cache-mb`: a size in MiB, or `auto` with its bounds.
-    fn cache(&self) -> Result<(u64, Option<CacheAuto>), ConfigError> {
-        match self.cache_mb.trim() {
-            "auto" => {
-                for (flag, v) in [
-                    ("--cache-floor-mb", self.cache_floor_mb.unwrap_or(0)),
-                    ("--cache-ceil-mb", self.cache_ceil_mb),
-                ] {
-                    if v < 0 {
-                        return Err(ConfigError::new(
-                            flag,
-                            format!("{flag} must be >= 0 (got {v})"),
-                            "a size in MiB; --cache-ceil-mb 0 means no cap",
-                        ));
-                    }
-                }
-                Ok((
-                    0,
-                    Some(CacheAuto {
-                        floor_mb: self.cache_floor_mb.map(|f| f as u64),
-                        ceil_mb: self.cache_ceil_mb as u64,
-                    }),
-                ))
-            }
-            text => match text.parse::<i64>() {
-                Ok(mb) if mb >= 0 => Ok((mb as u64, None)),
-                Ok(mb) => Err(ConfigError::new(
-                    "--cache-mb",
-                    format!("--cache-mb must be >= 0 (got {mb})"),
-                    "0 turns the cache off",
-                )),
-                Err(_) => Err(ConfigError::new(
-                    "--cache-mb",
-                    format!("--cache-mb expects a number of MiB or 'auto', got '{text}'"),
-                    "e.g. --cache-mb 2048, or --cache-mb auto to size it from free memory",
-                )),
-            },
+    /// The streaming flags among `given` (clap ids) that have no effect: every one of them
+    /// without `--moe-stream`, the `auto` bounds without `--cache-mb auto`.
+    pub(super) fn inert(&self, given: &dyn Fn(&str) -> bool) -> Vec<String> {
+        let knobs = [
+            ("cache_mb", "--cache-mb"),
+            ("cache_floor_mb", "--cache-floor-mb"),
+            ("cache_ceil_mb", "--cache-ceil-mb"),
+            ("io_threads", "--io-threads"),
+            ("no_odirect", "--no-odirect"),
+        ];
+        let given_knobs = knobs.into_iter().filter(|(id, _)| given(id));
+        if !self.moe_stream {
+            return given_knobs
+                .map(|(_, flag)| {
+                    format!("{flag} has no effect without --moe-stream (plain llama.cpp reads no experts) — add --moe-stream to stream them")
+                })
+                .collect();
         }
+        if self.cache_mb.trim() == "auto" {
+            return Vec::new();
+        }
+        given_knobs
+            .filter(|(id, _)| id.starts_with("cache_") && *id != "cache_mb")
+            .map(|(_, flag)| {
+                format!("{flag} has no effect without --cache-mb auto (it bounds the size auto picks) — use --cache-mb auto, or drop it")
+            })
+            .collect()
+    }
+
+    /// `--cache-mb`: a size in MiB, or `auto` with its bounds (checked whether or not `auto`
+    /// uses them).
+    fn cache(&self) -> Result<(u64, Option<CacheAuto>), ConfigError> {
+        let size = match self.cache_mb.trim() {
+            "auto" => None,
+            text => match text.parse::<i64>() {
+                Ok(mb) if mb >= 0 => Some(mb as u64),
+                Ok(mb) => {
+                    return Err(ConfigError::new(
+                        "--cache-mb",
+                        format!("--cache-mb must be >= 0 (got {mb})"),
+                        "0 turns the cache off",
+                    ));
+                }
+                Err(_) => {
+                    return Err(ConfigError::new(
+                        "--cache-mb",
+                        format!("--cache-mb expects a number of MiB or 'auto', got '{text}'"),
+                        "e.g. --cache-mb 2048, or --cache-mb auto to size it from free memory",
+                    ));
+                }
+            },
+        };
+        for (flag, v) in [
+            ("--cache-floor-mb", self.cache_floor_mb.unwrap_or(0)),
+            ("--cache-ceil-mb", self.cache_ceil_mb),
+        ] {
+            if v < 0 {
+                return Err(ConfigError::new(
+                    flag,
+                    format!("{flag} must be >= 0 (got {v})"),
+                    "a size in MiB; --cache-ceil-mb 0 means no cap",
+                ));
+            }
+        }
+        Ok(match size {
+            Some(mb) => (mb, None),
+            None => (
+                0,
+                Some(CacheAuto {
+                    floor_mb: self.cache_floor_mb.map(|f| f as u64),
+                    ceil_mb: self.cache_ceil_mb as u64,
+                }),
+            ),
+        })
     }
 }

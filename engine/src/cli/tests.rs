@@ -4,13 +4,18 @@ use super::model::{DEFAULT_PROMPT, default_threads};
 use super::session::DEFAULT_DECIDE_STATE_MAX_MIB;
 use super::streaming::CacheAuto;
 use super::*;
-use clap::Parser;
 use std::path::PathBuf;
 
 fn parse(args: &[&str]) -> Result<RunConfig, ConfigError> {
     let mut v = vec!["bmoe-cli"];
     v.extend_from_slice(args);
-    Cli::try_parse_from(v).expect("clap parse").resolve()
+    cli(&v[1..]).resolve()
+}
+
+fn cli(args: &[&str]) -> Cli {
+    let mut v = vec!["bmoe-cli"];
+    v.extend_from_slice(args);
+    Cli::parse_args(v).expect("clap parse")
 }
 
 #[test]
@@ -110,7 +115,7 @@ fn sampling_seed_is_resolved_never_left_to_llama_cpp() {
     assert!(draws.iter().all(|&s| s != u32::MAX), "{draws:?}");
     assert!(draws.windows(2).any(|w| w[0] != w[1]), "{draws:?}");
     // llama.cpp's "random" value is refused at the flag
-    let e = Cli::try_parse_from(["bmoe-cli", "-m", "x", "--seed", "4294967295"]).unwrap_err();
+    let e = Cli::parse_args(["bmoe-cli", "-m", "x", "--seed", "4294967295"]).unwrap_err();
     assert!(e.to_string().contains("0..=4294967294"), "{e}");
 }
 
@@ -174,11 +179,93 @@ fn memory_policy_flags_resolve() {
 }
 
 #[test]
-fn inert_flags_are_not_rejected_without_streaming() {
-    // as in the original: streaming knobs are simply inert without --moe-stream
-    assert!(parse(&["-m", "x", "--io-threads", "99", "--cache-mb", "-5"]).is_ok());
-    // sampling knobs are only checked when sampling
-    assert!(parse(&["-m", "x", "--top-p", "7"]).is_ok());
+fn knobs_are_checked_where_they_have_no_effect() {
+    // wrong values are refused with or without --moe-stream / --temp
+    let e = |a: &[&str]| parse(a).unwrap_err();
+    assert_eq!(e(&["-m", "x", "--cache-mb", "lots"]).flag, "--cache-mb");
+    assert_eq!(e(&["-m", "x", "--cache-mb", "-5"]).flag, "--cache-mb");
+    assert_eq!(e(&["-m", "x", "--io-threads", "99"]).flag, "--io-threads");
+    assert_eq!(
+        e(&["-m", "x", "--cache-ceil-mb", "-1"]).flag,
+        "--cache-ceil-mb"
+    );
+    assert_eq!(e(&["-m", "x", "--top-p", "2"]).flag, "--top-p");
+    assert_eq!(e(&["-m", "x", "--top-k", "-3"]).flag, "--top-k");
+    assert!(!e(&["-m", "x", "--top-p", "2"]).hint.is_empty());
+}
+
+#[test]
+fn valid_knobs_without_effect_are_warned_about() {
+    let w = |a: &[&str]| {
+        let mut v = vec!["-m", "x"];
+        v.extend_from_slice(a);
+        let c = cli(&v);
+        c.resolve().expect("valid");
+        c.inert_flags()
+    };
+    assert!(w(&[]).is_empty());
+    // the defaults are not "given": nothing to warn about
+    assert!(w(&["--moe-stream", "--temp", "0.7"]).is_empty());
+    let plain = w(&["--cache-mb", "64", "--io-threads", "2", "--no-odirect"]);
+    assert_eq!(plain.len(), 3, "{plain:?}");
+    assert!(plain[0].starts_with("--cache-mb has no effect without --moe-stream"));
+    assert!(plain[1].starts_with("--io-threads") && plain[2].starts_with("--no-odirect"));
+    // given equal to the default still says so: the user asked for something
+    assert_eq!(w(&["--cache-mb", "0"]).len(), 1);
+    let greedy = w(&["--top-k", "5", "--top-p", "0.5", "--seed", "1"]);
+    assert_eq!(greedy.len(), 3, "{greedy:?}");
+    assert!(greedy.iter().all(|g| g.contains("--temp")), "{greedy:?}");
+    assert!(w(&["--temp", "0.5", "--top-k", "5", "--seed", "1"]).is_empty());
+    let bounds = w(&["--moe-stream", "--cache-mb", "64", "--cache-ceil-mb", "128"]);
+    assert_eq!(bounds.len(), 1, "{bounds:?}");
+    assert!(bounds[0].starts_with("--cache-ceil-mb has no effect without --cache-mb auto"));
+    assert!(
+        w(&[
+            "--moe-stream",
+            "--cache-mb",
+            "auto",
+            "--cache-ceil-mb",
+            "128"
+        ])
+        .is_empty()
+    );
+    let session = w(&["--session", "-p", "hi"]);
+    assert!(
+        session.len() == 1 && session[0].starts_with("-p/--prompt"),
+        "{session:?}"
+    );
+}
+
+#[test]
+fn prompt_file_is_read_and_its_errors_name_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("prompt.txt");
+    std::fs::write(&p, "line one\nline two\n").expect("write");
+    let path = p.to_str().expect("utf-8 path");
+    assert_eq!(
+        parse(&["-m", "x", "-f", path]).unwrap().prompt,
+        "line one\nline two"
+    );
+    std::fs::write(&p, "crlf\r\n\n").expect("write");
+    assert_eq!(
+        parse(&["-m", "x", "--file", path]).unwrap().prompt,
+        "crlf\r\n"
+    );
+    std::fs::write(&p, [0x66, 0xff, 0x0a]).expect("write");
+    let e = parse(&["-m", "x", "-f", path]).unwrap_err();
+    assert!(
+        e.message.contains(path) && e.message.contains("not UTF-8"),
+        "{}",
+        e.message
+    );
+    let missing = dir.path().join("nope.txt");
+    let missing = missing.to_str().expect("utf-8 path");
+    let e = parse(&["-m", "x", "-f", missing]).unwrap_err();
+    assert_eq!(e.flag, "-f/--file");
+    assert!(e.message.contains(missing), "{}", e.message);
+    assert!(e.hint.contains("-p"), "{}", e.hint);
+    // -f and -p together are a usage error
+    assert!(Cli::parse_args(["bmoe-cli", "-f", path, "-p", "x"]).is_err());
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! experts at every `ffn_moe_topk-<il>` node before the expert matmuls consume them.
 
 use super::names::{topk_layer, weight_layer};
+use super::read_steps::{ReadStamps, ReadSteps};
 use super::routes::RouteRecorder;
 use super::span::DecodeSpan;
 use super::timing::NodeTimer;
@@ -49,6 +50,8 @@ pub struct DecodeRecords {
     pub routes: Vec<RouteRow>,
     /// `--compute-trace[-layers]` rows.
     pub nodes: Vec<ComputeRow>,
+    /// `--io-trace`: where the decode's reads belong on the context axis.
+    pub reads: Option<ReadStamps>,
 }
 
 /// The engine's eval hook.
@@ -59,6 +62,7 @@ pub struct MoeHook {
     error: Option<ReadError>,
     topk_calls: u64,
     routes: Option<RouteRecorder>,
+    reads: Option<ReadSteps>,
     routing: Vec<Routing>,
     timer: Option<NodeTimer>,
     /// Puts the compute threads to sleep while a layer's reads are waited for.
@@ -97,6 +101,7 @@ impl MoeHook {
             error: None,
             topk_calls: 0,
             routes: None,
+            reads: None,
             routing: Vec::new(),
             timer: None,
             pool: None,
@@ -129,6 +134,11 @@ impl MoeHook {
         self.routes = Some(r);
     }
 
+    /// Records where every load's reads belong with `r` from now on (`--io-trace`).
+    pub fn record_read_steps(&mut self, r: ReadSteps) {
+        self.reads = Some(r);
+    }
+
     /// Stops recording routings (after the route-trace sink failed).
     pub fn stop_routes(&mut self) {
         self.routes = None;
@@ -137,6 +147,9 @@ impl MoeHook {
     /// Tells the recorders which decode the next routings and nodes belong to.
     pub fn begin_decode(&mut self, span: DecodeSpan) {
         if let Some(r) = self.routes.as_mut() {
+            r.begin_decode(span);
+        }
+        if let Some(r) = self.reads.as_mut() {
             r.begin_decode(span);
         }
         if let Some(t) = self.timer.as_mut() {
@@ -157,6 +170,7 @@ impl MoeHook {
                 .as_mut()
                 .map(NodeTimer::end_decode)
                 .unwrap_or_default(),
+            reads: self.reads.as_mut().map(ReadSteps::end_decode),
         }
     }
 
@@ -334,6 +348,9 @@ impl MoeHook {
         }
         if let Some(t) = self.routes.as_mut() {
             t.route(il, &ids, &self.routing);
+        }
+        if let Some(r) = self.reads.as_mut() {
+            r.load(il, &ids, streamer.last_load_reads());
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod hook;
 pub mod names;
+pub mod read_steps;
 pub mod routes;
 pub mod span;
 pub mod timing;

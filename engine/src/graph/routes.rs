@@ -9,7 +9,7 @@
 
 use bmoe_telemetry::trace::{PHASE_DECODE, PHASE_PREFILL, RouteRow};
 
-use super::span::DecodeSpan;
+use super::span::{DecodeSpan, TokenAxis};
 use crate::stream::Routing;
 
 struct Cell {
@@ -22,17 +22,18 @@ struct Cell {
 /// Turns the routings the hook observes into route-trace rows, one decode at a time.
 pub struct RouteRecorder {
     n_expert_used: usize,
-    span: Option<DecodeSpan>,
+    axis: TokenAxis,
     cell: Option<Cell>,
     rows: Vec<RouteRow>,
 }
 
 impl RouteRecorder {
-    /// A recorder for a model routing `n_expert_used` experts per token.
-    pub fn new(n_expert_used: usize) -> Self {
+    /// A recorder for a model routing `n_expert_used` experts per token, in a context whose
+    /// physical batch is `n_ubatch` tokens.
+    pub fn new(n_expert_used: usize, n_ubatch: usize) -> Self {
         Self {
             n_expert_used,
-            span: None,
+            axis: TokenAxis::new(n_ubatch),
             cell: None,
             rows: Vec::new(),
         }
@@ -40,7 +41,7 @@ impl RouteRecorder {
 
     /// Starts a decode: routings until [`Self::end_decode`] belong to `span`.
     pub fn begin_decode(&mut self, span: DecodeSpan) {
-        self.span = Some(span);
+        self.axis.begin(span);
         self.cell = None;
     }
 
@@ -69,22 +70,21 @@ impl RouteRecorder {
     /// Ends the decode: the rows of every routing it made, in graph order.
     pub fn end_decode(&mut self) -> Vec<RouteRow> {
         self.close_cell();
-        self.span = None;
+        self.axis.end();
         std::mem::take(&mut self.rows)
     }
 
     fn close_cell(&mut self) {
-        let (Some(c), Some(span)) = (self.cell.take(), self.span) else {
+        let (Some(c), Some(span)) = (self.cell.take(), self.axis.span()) else {
             return;
         };
         if self.n_expert_used == 0 {
             return;
         }
         let k = self.n_expert_used;
-        let rows = c.ids.len() / k;
-        // a layer that routes fewer tokens than the batch (llama.cpp keeps only the tokens
-        // with outputs before the last layer's FFN) routes the batch's last tokens
-        let first = span.pos0 + span.n_tokens.saturating_sub(rows) as i64;
+        let Some(first) = self.axis.place(c.layer, c.ids.len() / k) else {
+            return;
+        };
         let phase = if span.prefill {
             PHASE_PREFILL
         } else {
@@ -117,7 +117,7 @@ mod tests {
 
     #[test]
     fn cells_become_rows_on_the_context_axis() {
-        let mut t = RouteRecorder::new(2);
+        let mut t = RouteRecorder::new(2, 0);
         t.begin_decode(DecodeSpan {
             turn: 0,
             prefill: true,

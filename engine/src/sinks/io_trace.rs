@@ -1,7 +1,8 @@
 //! `--io-trace PATH`: one `# io_trace v1` row per read the streamer issued (the seed's
 //! "Decode traces"), written with `bmoe_telemetry::trace`. The streamer's lanes time each read
 //! into per-job slots (no lock on the read path); the run loop drains them after every decode
-//! and stamps them with that decode.
+//! and stamps each with its decode and the position of the token whose routing asked for it
+//! (`graph::read_steps`).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -32,7 +33,8 @@ impl IoTraceWriter {
         })
     }
 
-    /// Writes the reads drained after one decode and flushes.
+    /// Writes the reads drained after one decode, `steps[i]` the `step` of `reads[i]`, and
+    /// flushes.
     ///
     /// # Errors
     /// [`SinkError::Write`] naming the file (the trace stops there).
@@ -40,11 +42,11 @@ impl IoTraceWriter {
         &mut self,
         turn: u32,
         phase: u8,
-        step: i64,
+        steps: &[i64],
         reads: &[IoRecord],
     ) -> Result<(), SinkError> {
         let err = SinkError::writing(FLAG, &self.path);
-        for r in reads {
+        for (r, &step) in reads.iter().zip(steps) {
             let row = IoRow {
                 turn,
                 phase,

@@ -34,6 +34,7 @@ impl Streamer {
         mut trace: Option<&mut Vec<Routing>>,
         before_wait: &mut dyn FnMut(),
     ) -> Result<(), ReadError> {
+        self.load_reads = 0;
         let Some(st) = self.stage(layer, ids, trace.as_deref_mut()) else {
             return Ok(());
         };
@@ -56,6 +57,7 @@ impl Streamer {
         };
         let n_tensors = experts.tensors.len();
         let (jobs, served) = self.plan_reads(layer, &misses);
+        self.load_reads = jobs.len();
         let t1 = Instant::now();
         self.stats.mgmt_ns += (t1 - t0).as_nanos() as u64;
         self.stats.loads += 1;

@@ -60,6 +60,7 @@ impl Streamer {
         }
         let poisoned = self.routed_poison(layer, first_routed, &misses);
         let (jobs, bytes) = self.async_jobs(layer, &misses, poisoned);
+        self.load_reads = jobs.len();
         self.stats.loads += 1;
         self.stats.experts_read += misses.len() as u64;
         if let Some(t) = trace {

@@ -174,6 +174,8 @@ pub struct Streamer {
     last_layer: Option<usize>,
     /// `--io-trace`: every read since the last [`Streamer::take_io_log`].
     io_log: Option<Vec<IoRecord>>,
+    /// Reads the last [`Streamer::load_layer`] issued (its entries in the io log).
+    load_reads: usize,
     /// Page recycling's mapping budget; `None` once disabled (env, or a failed move).
     recycle: Option<MapBudget>,
     /// [`PEAK_RESIDENT_ENV`]: the largest resident arena bytes seen after a load.
@@ -350,6 +352,12 @@ impl Streamer {
         if let Some(o) = self.overlap_mut() {
             o.time_jobs();
         }
+    }
+
+    /// How many reads the last [`Streamer::load_layer`] issued: its entries in the io log, which
+    /// lists every load's reads in load order (`--io-trace` matches them to their tokens).
+    pub fn last_load_reads(&self) -> usize {
+        self.load_reads
     }
 
     /// The reads recorded since the last call (empty when not recording).

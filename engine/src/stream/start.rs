@@ -104,6 +104,7 @@ impl Streamer {
             load_all: settings.load_all,
             last_layer: None,
             io_log: None,
+            load_reads: 0,
             recycle,
             pause: super::pause::PausePolicy::default(),
             consume_order: Vec::new(),

@@ -10,7 +10,7 @@ use crate::model::facts::{ModelFacts, read_facts};
 use crate::model::registry::recipe_for;
 use crate::sinks::preflight;
 use crate::vm::sigbus::TestHookError;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
 /// Env var (test only): after llama.cpp has loaded the model, rename this file over the model
@@ -101,7 +101,9 @@ fn create_outputs(cfg: &RunConfig) -> Result<(), EngineError> {
 /// (not in `cli`) because making the built-in model can fail like a load does.
 impl Cli {
     /// Resolves the flags into a run configuration; without `-m`, the built-in tiny model is
-    /// used (synthesised into the cache folder on first use, said on `note`).
+    /// used (synthesised into the cache folder on first use, said on `note`). Flags given with
+    /// no effect on this run are warned about on `note`; whether stdout is a terminal is
+    /// looked up here.
     ///
     /// # Errors
     /// A flag's value ([`EngineError::Flag`]) or the built-in model's set-up.
@@ -121,6 +123,11 @@ impl Cli {
             );
             self.model.model = Some(path);
         }
-        Ok(self.resolve()?)
+        let mut cfg = self.resolve()?;
+        cfg.terminal = std::io::stdout().is_terminal();
+        for w in self.inert_flags() {
+            let _ = writeln!(note, "bmoe: warning: {w}");
+        }
+        Ok(cfg)
     }
 }

@@ -15,6 +15,7 @@ mod pick;
 mod prefill;
 mod streaming;
 pub mod threads;
+mod visible;
 
 pub use oneshot::run;
 pub use pick::logits_hash;

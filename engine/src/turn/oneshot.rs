@@ -2,6 +2,7 @@
 //! one turn, print the answer and the summary lines.
 
 use super::load::load_model;
+use super::visible::Visible;
 use super::{Engine, Turn};
 use crate::chat::Message;
 use crate::cli::RunConfig;
@@ -10,11 +11,19 @@ use crate::sinks::report::summary_lines;
 use bmoe_telemetry::summary::{ANSWER_BANNER, PERF_BANNER};
 use std::io::Write;
 
-/// Runs `cfg` once: per-token output to `out` (stdout), notes and warnings to `note` (stderr).
+/// Runs `cfg` once: per-token output to `out` (stdout; with its control characters shown when
+/// it is a terminal), notes and warnings to `note` (stderr).
 ///
 /// # Errors
 /// Whatever stopped the run: the model, a flag it cannot honour, an output file, a decode.
 pub fn run(cfg: &RunConfig, out: &mut dyn Write, note: &mut dyn Write) -> Result<(), EngineError> {
+    let mut visible;
+    let out: &mut dyn Write = if cfg.terminal {
+        visible = Visible::new(out);
+        &mut visible
+    } else {
+        out
+    };
     let loaded = load_model(cfg)?;
     let mut engine = Engine::open(cfg, &loaded, note)?;
     let (prompt_text, split) = match engine.template() {

@@ -6,6 +6,7 @@ use crate::cli::RunConfig;
 use crate::error::EngineError;
 use crate::ffi::Context;
 use crate::graph::hook::MoeHook;
+use crate::graph::read_steps::ReadSteps;
 use crate::graph::routes::RouteRecorder;
 use crate::graph::span::DecodeSpan;
 use crate::graph::timing::NodeTimer;
@@ -43,7 +44,10 @@ impl Outputs {
             let info = route_trace_info(cfg, resolved.n_expert_used)?;
             out.routes = Some(RouteTraceWriter::create(path, &info)?);
             if let Some(h) = ctx.hook_mut() {
-                h.record_routes(RouteRecorder::new(resolved.n_expert_used as usize));
+                h.record_routes(RouteRecorder::new(
+                    resolved.n_expert_used as usize,
+                    cfg.n_ubatch as usize,
+                ));
             }
         }
         if let Some(path) = &cfg.csv {
@@ -61,6 +65,12 @@ impl Outputs {
         };
         if let (Some(path), true) = (&cfg.io_trace, streaming) {
             out.io = Some(IoTraceWriter::create(path, &info)?);
+            if let Some(h) = ctx.hook_mut() {
+                h.record_read_steps(ReadSteps::new(
+                    resolved.n_expert_used as usize,
+                    cfg.n_ubatch as usize,
+                ));
+            }
             if let Some(s) = ctx.hook_mut().and_then(MoeHook::streamer_mut) {
                 s.log_io();
             }
@@ -81,9 +91,9 @@ impl Outputs {
         }
     }
 
-    /// Writes what the decode just done recorded (its route and compute rows, its reads — the io
-    /// trace stamps them with the batch's last position) and flushes each trace; a write error
-    /// stops that trace with a warning.
+    /// Writes what the decode just done recorded (its route and compute rows, its reads — each
+    /// stamped with the position of the token whose routing asked for it) and flushes each
+    /// trace; a write error stops that trace with a warning.
     pub fn end_decode(
         &mut self,
         ctx: &mut Context<'_, MoeHook>,
@@ -114,7 +124,11 @@ impl Outputs {
         } else {
             bmoe_telemetry::trace::PHASE_DECODE
         };
-        if let Err(e) = w.write_decode(span.turn, phase, span.last_pos(), &reads) {
+        let steps = match &records.reads {
+            Some(stamps) => stamps.steps(&reads),
+            None => vec![span.last_pos(); reads.len()],
+        };
+        if let Err(e) = w.write_decode(span.turn, phase, &steps, &reads) {
             warn(note, &e, "the io trace stops here");
             self.io = None;
         }

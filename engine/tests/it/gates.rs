@@ -476,7 +476,7 @@ fn cli_basics() {
     assert!(v.status.success());
     assert_eq!(
         String::from_utf8_lossy(&v.stdout).trim(),
-        env!("CARGO_PKG_VERSION")
+        format!("bmoe-cli {}", env!("CARGO_PKG_VERSION"))
     );
     let l = cli().arg("--list-archs").output().expect("run");
     let text = String::from_utf8_lossy(&l.stdout);

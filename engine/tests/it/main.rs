@@ -3,6 +3,7 @@
 
 mod architecture;
 mod cli_flags;
+mod cli_usage;
 mod decide;
 mod dense_split;
 mod gates;

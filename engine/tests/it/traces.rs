@@ -431,3 +431,81 @@ fn compute_trace_layers_gives_one_row_per_segment_while_streaming() {
     }
     sums_match_decode_wall(&rows, &metrics, n_prompt);
 }
+
+/// The io trace's `step` is the position of the token whose routing asked for the read (docs/
+/// telemetry.md), so the two traces of one run join on `(turn, phase, step)`: each read meets
+/// the route row that carries its bytes — in one prefill batch, in ubatches, in decode, read
+/// serially or overlapped. (Before, a prefill's reads were all stamped with its last position,
+/// which the route trace gives only to the last token's routings.)
+#[test]
+fn io_trace_joins_the_route_trace_on_turn_phase_step() {
+    type Key = (u32, u8, i64, u32, u32);
+    for (name, extra) in [
+        // a 1 MiB cache cuts the prompt into decodes of 2 tokens
+        ("serial", &["--cache-mb", "1"][..]),
+        // cache off: one decode in ubatches of 3, each re-reading the experts the layer before
+        // evicted
+        ("ubatch", &["--cache-mb", "0", "--ubatch", "3"][..]),
+        (
+            "overlap",
+            &["--cache-mb", "1", "--overlap", "--overlap-kind", "staged"][..],
+        ),
+    ] {
+        let route = file(&format!("join-{name}-route.csv"));
+        let io = file(&format!("join-{name}-io.csv"));
+        let mut args = vec!["--moe-stream", "--ignore-eos"];
+        args.extend_from_slice(extra);
+        args.extend(["--route-trace", arg(&route), "--io-trace", arg(&io)]);
+        ok(&run(&args));
+        let routes: Vec<RouteRow> = RouteTraceReader::open(&route)
+            .expect("route trace parses")
+            .map(|r| r.expect("row"))
+            .collect();
+        let ios: Vec<IoRow> = IoTraceReader::open(&io)
+            .expect("io trace parses")
+            .map(|r| r.expect("row"))
+            .collect();
+        assert!(ios.iter().any(|r| r.phase == PHASE_PREFILL), "{name}");
+        assert!(ios.iter().any(|r| r.phase == PHASE_DECODE), "{name}");
+
+        // the join: every (turn, phase, step) of the io trace is one of the route trace's
+        let steps: BTreeSet<(u32, u8, i64)> =
+            routes.iter().map(|r| (r.turn, r.phase, r.step)).collect();
+        for r in &ios {
+            assert!(steps.contains(&(r.turn, r.phase, r.step)), "{name}: {r:?}");
+        }
+        // and on (…, layer, expert) it meets exactly the rows that carry the bytes it read
+        let mut carried: BTreeMap<Key, u64> = BTreeMap::new();
+        for r in routes.iter().filter(|r| r.expert_bytes > 0) {
+            *carried
+                .entry((r.turn, r.phase, r.step, r.layer, r.expert))
+                .or_default() += r.expert_bytes;
+        }
+        let mut read: BTreeMap<Key, u64> = BTreeMap::new();
+        for r in &ios {
+            *read
+                .entry((r.turn, r.phase, r.step, r.layer, r.expert))
+                .or_default() += r.read_bytes;
+        }
+        assert_eq!(read, carried, "{name}");
+        // a prefill's reads sit at the positions that asked for them, not at one stamp
+        let prefill: BTreeSet<i64> = ios
+            .iter()
+            .filter(|r| r.phase == PHASE_PREFILL)
+            .map(|r| r.step)
+            .collect();
+        assert!(
+            prefill.len() > 1 && prefill.contains(&0),
+            "{name}: {prefill:?}"
+        );
+        // in ubatches too, the first layer routes every prompt position once per slot
+        let first_layer: Vec<i64> = routes
+            .iter()
+            .filter(|r| r.phase == PHASE_PREFILL && r.layer == 0 && r.slot == 0)
+            .map(|r| r.step)
+            .collect();
+        let n_prompt = first_layer.len() as i64;
+        assert!(n_prompt > 3, "{name}: a prompt longer than one ubatch");
+        assert_eq!(first_layer, (0..n_prompt).collect::<Vec<_>>(), "{name}");
+    }
+}
