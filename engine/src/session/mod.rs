@@ -181,6 +181,19 @@ fn emit(out: &mut dyn Write, line: &str) {
     let _ = out.flush();
 }
 
+/// Answers request `id` with a non-fatal `BMOE_ERROR`: the session goes on.
+fn reject(out: &mut dyn Write, id: i64, msg: String) {
+    emit(
+        out,
+        &ErrorRecord {
+            id,
+            fatal: false,
+            msg,
+        }
+        .to_line(),
+    );
+}
+
 /// Serves requests from stdin until `close`, EOF or a fatal error. Everything the protocol
 /// carries goes to `out` (stdout); notes and warnings to `note` (stderr).
 ///
@@ -249,15 +262,7 @@ pub fn serve_from(
     for item in rx {
         match item {
             Inbound::Close => break,
-            Inbound::Invalid { id, msg } => emit(
-                out,
-                &ErrorRecord {
-                    id,
-                    fatal: false,
-                    msg,
-                }
-                .to_line(),
-            ),
+            Inbound::Invalid { id, msg } => reject(out, id, msg),
             Inbound::Work { seq, work } => {
                 let cancelled = || cancels.covers(seq);
                 if !cancelled() {
@@ -275,15 +280,7 @@ pub fn serve_from(
                 };
                 match result {
                     Ok(()) => {}
-                    Err(Failure::Rejected(msg)) => emit(
-                        out,
-                        &ErrorRecord {
-                            id,
-                            fatal: false,
-                            msg,
-                        }
-                        .to_line(),
-                    ),
+                    Err(Failure::Rejected(msg)) => reject(out, id, msg),
                     Err(Failure::Fatal(e)) => return Err(fatal(out, id, e)),
                 }
             }

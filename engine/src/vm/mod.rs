@@ -47,6 +47,36 @@ unsafe fn pread_all(file: &File, addr: usize, len: usize, offset: u64) -> io::Re
     Ok(done)
 }
 
+/// `mremap(src → dst, MREMAP_FIXED | MREMAP_DONTUNMAP)` of `len` bytes: the destination then
+/// holds the source's pages (whatever was mapped there is released) and the source stays mapped
+/// but empty.
+///
+/// # Safety
+/// Both ranges must be whole, non-overlapping pages of private-anonymous mappings the caller
+/// owns, with no Rust reference into either and no thread reading the source's contents.
+unsafe fn remap_dontunmap(src: usize, dst: usize, len: usize) -> io::Result<()> {
+    // SAFETY: as the caller guarantees; MREMAP_FIXED replaces exactly the destination pages.
+    let p = unsafe {
+        libc::mremap(
+            src as *mut libc::c_void,
+            len,
+            len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
+            dst as *mut libc::c_void,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else if p as usize != dst {
+        Err(io::Error::other(format!(
+            "mremap placed {len} bytes at {:#x}, not {dst:#x}",
+            p as usize
+        )))
+    } else {
+        Ok(())
+    }
+}
+
 /// The page size the arena rounds to.
 pub const PAGE: usize = 4096;
 
@@ -207,28 +237,9 @@ impl Arena {
             ));
         }
         // SAFETY: both ranges are whole pages of spans this arena mapped private-anonymous and
-        // read-write (checked above) and do not overlap. MREMAP_FIXED replaces exactly the
-        // destination pages; MREMAP_DONTUNMAP keeps the source range mapped (empty). No Rust
-        // reference points into either range and no graph computes during a load.
-        let p = unsafe {
-            libc::mremap(
-                src as *mut libc::c_void,
-                len,
-                len,
-                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
-                dst as *mut libc::c_void,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            Err(io::Error::last_os_error())
-        } else if p as usize != dst {
-            Err(io::Error::other(format!(
-                "mremap placed {len} bytes at {:#x}, not {dst:#x}",
-                p as usize
-            )))
-        } else {
-            Ok(())
-        }
+        // read-write (checked above) and do not overlap; no Rust reference points into either
+        // range and no graph computes during a load.
+        unsafe { remap_dontunmap(src, dst, len) }
     }
 
     /// Bytes of the arena's pages resident in RAM now (`mincore` over every span): what the

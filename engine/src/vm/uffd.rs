@@ -412,21 +412,8 @@ impl super::Arena {
         }
         // SAFETY: src..src+len is whole pages of a span this arena mapped private-anonymous
         // (checked), whose contents no thread reads (an evicted slice); dst..dst+len is whole
-        // pages inside the ring's own mapping (checked), which MREMAP_FIXED replaces.
-        let p = unsafe {
-            libc::mremap(
-                src as *mut libc::c_void,
-                len,
-                len,
-                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
-                dst as *mut libc::c_void,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+        // pages inside the ring's own mapping (checked), so the two cannot overlap.
+        unsafe { super::remap_dontunmap(src, dst, len) }
     }
 
     /// [`Self::install`] from `ring` at `off` instead of a staging buffer.
