@@ -3,7 +3,7 @@
 //! are (across runs, or within runs where there are too few runs).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::sweep_common::*;
 
@@ -32,20 +32,7 @@ fn an_interrupted_sweeps_report_names_the_short_cells() {
     let t = tempfile::tempdir().expect("tmp");
     fake_engine(t.path(), 0.4);
     write(t.path(), "slow.toml", SLOW);
-    let mut child = bench()
-        .current_dir(t.path())
-        .env("BMOE_CACHE_DIR", t.path().join("cache"))
-        .args(["sweep", "slow.toml", "-o", "res"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let res = t.path().join("res");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while records(&res).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
+    let res = sweep_killed_after(t.path(), "slow.toml", 1, Duration::ZERO);
     let recs = records(&res);
     let done = recs.len();
     assert!((1..4).contains(&done), "{done}");

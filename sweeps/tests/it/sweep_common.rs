@@ -100,6 +100,33 @@ pub fn records(results: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Starts `bmoe-bench sweep MANIFEST -o res` in `dir` in the background, waits (up to 60 s)
+/// until `res/results.jsonl` holds at least `records_wanted` runs, then `extra` longer, and kills
+/// it with SIGKILL: a sweep interrupted for real, partway. Returns the results directory.
+pub fn sweep_killed_after(
+    dir: &Path,
+    manifest: &str,
+    records_wanted: usize,
+    extra: std::time::Duration,
+) -> PathBuf {
+    let mut child = bench()
+        .current_dir(dir)
+        .env("BMOE_CACHE_DIR", dir.join("cache"))
+        .args(["sweep", manifest, "-o", "res"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let res = dir.join("res");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while records(&res).len() < records_wanted && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(extra);
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    res
+}
+
 /// The workspace root (`sweeps/..`).
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

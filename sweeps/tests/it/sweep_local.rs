@@ -218,21 +218,8 @@ name = "s"
 axes = { cache = [1, 2] }
 "#;
     write(t.path(), "slow.toml", manifest);
-    let mut child = bench()
-        .current_dir(t.path())
-        .env("BMOE_CACHE_DIR", t.path().join("cache"))
-        .args(["sweep", "slow.toml", "-o", "res"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let res = t.path().join("res");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while records(&res).len() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(150)); // mid-way through the third run
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
+    // killed mid-way through the third run
+    let res = sweep_killed_after(t.path(), "slow.toml", 2, Duration::from_millis(150));
     let done_before = records(&res).len();
     assert!((2..6).contains(&done_before), "{done_before}");
     let calls_before = calls(t.path());
