@@ -76,9 +76,58 @@ impl SinkError {
             SinkError::Preflight { flag, .. } => {
                 format!("check that the folder of {flag} exists and is writable")
             }
-            SinkError::Create { flag, .. } | SinkError::Write { flag, .. } => {
+            SinkError::Create { flag, .. } => {
                 format!("check that the {flag} folder exists and is writable")
             }
+            SinkError::Write { flag, .. } => format!(
+                "free space on the disk that holds {flag} (or point it at another one) and run again: the file ends at its last complete row, so this run's record is incomplete"
+            ),
+        }
+    }
+
+    /// The flag that names the file.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            SinkError::Preflight { flag, .. }
+            | SinkError::Create { flag, .. }
+            | SinkError::Write { flag, .. } => flag,
+        }
+    }
+}
+
+/// Where an output file's last complete write ended. A write that fails half-way (a full disk)
+/// leaves the bytes it got out — a torn row a reader would take for data — and
+/// [`Self::cut`] removes them, which needs no free space.
+#[derive(Debug)]
+pub struct Tail {
+    file: std::fs::File,
+    len: u64,
+}
+
+impl Tail {
+    /// Follows `path` (just created by its writer, which holds its own descriptor); `None`
+    /// when it cannot be reopened for writing (a torn row then stays, as before).
+    pub fn of(path: &Path) -> Option<Tail> {
+        let file = std::fs::OpenOptions::new().write(true).open(path).ok()?;
+        let len = file.metadata().ok()?.len();
+        Some(Tail { file, len })
+    }
+
+    /// The writer flushed a complete write: the file ends there now.
+    pub fn commit(tail: &mut Option<Tail>) {
+        if let Some(t) = tail.as_mut()
+            && let Ok(m) = t.file.metadata()
+        {
+            t.len = m.len();
+        }
+    }
+
+    /// Cuts the file back to the last [`Self::commit`]. Call it after the writer is dropped:
+    /// its buffer is flushed once more on drop.
+    pub fn cut(tail: Option<Tail>) {
+        if let Some(t) = tail {
+            // best effort: the write error that led here is what gets reported
+            let _ = t.file.set_len(t.len);
         }
     }
 }

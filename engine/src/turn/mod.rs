@@ -7,6 +7,7 @@
 //! [`run`] and the session loop (`crate::session`).
 
 mod decode;
+pub mod interrupt;
 pub mod load;
 mod oneshot;
 mod open;
@@ -109,6 +110,9 @@ pub struct Engine<'m> {
     _dense_arena: Option<crate::vm::Arena>,
     /// `--adaptive-threads`: each generated token's compute-thread count (kept across turns).
     governor: Option<threads::ThreadGovernor>,
+    /// The SIGINT flag, once [`Self::catch_sigint`] installed it: a turn it stopped says so in
+    /// its trailer.
+    interrupt: Option<interrupt::Interrupt>,
 }
 
 impl<'m> Engine<'m> {
@@ -195,6 +199,45 @@ impl<'m> Engine<'m> {
     /// Lowers the abort flag (a cancel that arrived after its turn ended must not stop the next).
     pub fn clear_abort(&self) {
         self.abort.store(false, Ordering::SeqCst);
+    }
+
+    /// From now on a SIGINT raises the returned flag instead of killing the process (a second
+    /// one while it is raised exits 130: [`interrupt`]). With `abort_decode` it also raises
+    /// the context's abort flag, so the decode in flight stops as at a session `cancel`;
+    /// without it the token in flight is finished.
+    ///
+    /// # Errors
+    /// [`EngineError::Signal`] when the handler cannot be installed.
+    pub fn catch_sigint(
+        &mut self,
+        abort_decode: bool,
+    ) -> Result<interrupt::Interrupt, EngineError> {
+        let also = if abort_decode {
+            vec![Arc::clone(&self.abort)]
+        } else {
+            Vec::new()
+        };
+        let i = interrupt::Interrupt::install(&also).map_err(EngineError::Signal)?;
+        self.interrupt = Some(i.clone());
+        Ok(i)
+    }
+
+    /// The write errors that stopped an output file so far (a full disk): such a run's record
+    /// is incomplete.
+    pub fn sink_failures(&self) -> &[crate::sinks::SinkError] {
+        self.outputs.failures()
+    }
+
+    /// The first write error that stopped an output file, taken: the error the run ends with.
+    pub fn take_sink_failure(&mut self) -> Option<crate::sinks::SinkError> {
+        self.outputs.take_failure()
+    }
+
+    /// Whether a SIGINT is pending (raised and not yet re-armed).
+    fn interrupted(&self) -> bool {
+        self.interrupt
+            .as_ref()
+            .is_some_and(interrupt::Interrupt::raised)
     }
 
     /// Tokenizes `text` as a prompt (special tokens parsed, BOS as the model wants).
