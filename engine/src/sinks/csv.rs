@@ -472,6 +472,7 @@ mod tests {
                 layer_demand_bytes: 1 << 20,
                 stall_s: None,
                 drain_s: 0.0,
+                ..Default::default()
             }),
             // a dense probe's time is cache management: in mgmt_s/tok, out of compute_s/tok
             probe_s: 0.002,

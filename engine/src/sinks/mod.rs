@@ -4,6 +4,7 @@
 
 pub mod compute_trace;
 pub mod csv;
+pub mod digest;
 pub mod io_trace;
 pub mod report;
 pub mod route_trace;

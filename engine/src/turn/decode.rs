@@ -348,6 +348,10 @@ impl Engine<'_> {
                     .is_some()
                     .then(|| (n.stall_ns - b.stall_ns) as f64 / 1e9),
                 drain_s: (n.drain_ns - b.drain_ns) as f64 / 1e9,
+                lookups: n.lookups,
+                hits: n.hits,
+                experts_read: n.experts_read,
+                expert_bytes: self.expert_bytes(),
             });
         }
         lp.trailer.cgroup_usage_bytes = cgroup_memory()

@@ -270,6 +270,14 @@ impl<'m> Engine<'m> {
         self.resolved.overlap
     }
 
+    /// Every streamed expert's bytes (0 without streaming).
+    fn expert_bytes(&mut self) -> u64 {
+        self.ctx
+            .hook_mut()
+            .and_then(|h| h.streamer())
+            .map_or(0, |s| s.layout().total_bytes())
+    }
+
     fn stream_stats(&mut self) -> Option<StreamStats> {
         self.ctx
             .hook_mut()

@@ -1,6 +1,6 @@
 //! The one-shot run (`bmoe-cli` without `--session`): load, open, render the prompt, generate
 //! one turn, print the answer and the summary lines — also after a Ctrl-C, which stops the run
-//! after the token in flight ([`super::interrupt`]).
+//! after the token in flight ([`super::interrupt`]) — and, on a terminal, the digest.
 
 use super::load::load_model;
 use super::visible::Visible;
@@ -8,9 +8,10 @@ use super::{Engine, Turn};
 use crate::chat::Message;
 use crate::cli::RunConfig;
 use crate::error::{EngineError, ExitStatus};
+use crate::sinks::digest::{DigestContext, digest_lines};
 use crate::sinks::report::summary_lines;
 use bmoe_telemetry::summary::{ANSWER_BANNER, PERF_BANNER};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 /// Runs `cfg` once: per-token output to `out` (stdout; with its control characters shown when
 /// it is a terminal), notes and warnings to `note` (stderr).
@@ -95,6 +96,21 @@ pub fn run(
         let _ = writeln!(out, "{line}");
     }
     let _ = out.flush();
+    if std::io::stderr().is_terminal() {
+        let c = DigestContext {
+            io_threads: cfg
+                .stream
+                .map_or(0, |s| u32::try_from(s.io_threads).unwrap_or(u32::MAX)),
+            overlap: engine.overlap().is_some(),
+            cache_mb: engine.cache_budget_mib() as u64,
+            prefill_read_bytes: g.trailer.prefill_read_bytes,
+            interrupted: g.cancelled && interrupted,
+            random_weights: engine.model().meta_str("bmoe.synth.seed").is_some(),
+        };
+        for line in digest_lines(&g.summary, &c) {
+            let _ = writeln!(note, "{line}");
+        }
+    }
     if let Some(e) = engine.take_sink_failure() {
         return Err(e.into());
     }

@@ -6,6 +6,7 @@ mod cli_flags;
 mod cli_usage;
 mod decide;
 mod dense_split;
+mod digest;
 mod full_disk;
 mod gates;
 mod overlap;
