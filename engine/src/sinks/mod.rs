@@ -107,8 +107,12 @@ pub struct Tail {
 
 impl Tail {
     /// Follows `path` (just created by its writer, which holds its own descriptor); `None`
-    /// when it cannot be reopened for writing (a torn row then stays, as before).
+    /// when it is not a regular file (a pipe, a terminal, `/dev/null`: nothing to cut) or
+    /// cannot be reopened for writing (a torn row then stays, as before).
     pub fn of(path: &Path) -> Option<Tail> {
+        if !std::fs::metadata(path).ok()?.is_file() {
+            return None;
+        }
         let file = std::fs::OpenOptions::new().write(true).open(path).ok()?;
         let len = file.metadata().ok()?.len();
         Some(Tail { file, len })
@@ -150,4 +154,29 @@ pub fn preflight(path: &Path, flag: &'static str) -> Result<(), SinkError> {
             path: path.to_path_buf(),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_tail_cuts_what_followed_the_last_complete_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        let mut w = std::fs::File::create(&path).unwrap();
+        w.write_all(b"# head\n").unwrap();
+        let mut tail = Tail::of(&path);
+        assert!(tail.is_some());
+        w.write_all(b"1,2\n").unwrap();
+        Tail::commit(&mut tail);
+        // a row the disk only half took
+        w.write_all(b"3,").unwrap();
+        drop(w);
+        Tail::cut(tail);
+        assert_eq!(std::fs::read(&path).unwrap(), b"# head\n1,2\n");
+        // nothing to cut on what is not a regular file
+        assert!(Tail::of(Path::new("/dev/null")).is_none());
+    }
 }

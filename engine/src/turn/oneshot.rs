@@ -74,7 +74,7 @@ pub fn run(
     }
     let _ = out.flush();
     let interrupted = interrupt.raised();
-    if interrupted {
+    if interrupted && g.cancelled {
         let _ = writeln!(
             note,
             "bmoe: interrupted (Ctrl-C) after {} of {} token(s): the summary covers those{}",
@@ -85,6 +85,13 @@ pub fn run(
             } else {
                 ""
             }
+        );
+    } else if interrupted {
+        // it landed after the last token: the run is whole, but the caller asked it to stop
+        let _ = writeln!(
+            note,
+            "bmoe: interrupted (Ctrl-C) as the run ended: all {} token(s) ran",
+            g.summary.n_gen
         );
     }
     if cfg.progress {
