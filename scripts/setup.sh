@@ -26,5 +26,7 @@ if [ ! -x "$BIN/bmoe-cli" ]; then
   exit 1
 fi
 say "running the main job: bmoe-cli streams the tiny synthetic model's experts from disk"
-"$BIN/bmoe-cli" --moe-stream --cache-mb 2 -p "hello" -n 32 --progress
-say "done"
+# without --progress: the answer, the summary lines and (on a terminal) the digest a person reads;
+# --progress adds the per-token BMOE_* protocol lines that bmoe-top and apps parse
+"$BIN/bmoe-cli" --moe-stream --cache-mb 2 -p "hello" -n 32
+say "done (add --progress for the per-token BMOE_* lines bmoe-top reads; see README.md)"

@@ -124,6 +124,9 @@ pub enum EngineError {
     /// A session's `decide` left the session in an unknown state.
     #[error(transparent)]
     Decide(DecideError),
+    /// The SIGINT handler could not be installed.
+    #[error("cannot install the SIGINT (Ctrl-C) handler: {0}")]
+    Signal(#[source] std::io::Error),
     /// The session's stdin reader could not start.
     #[error("cannot start the stdin reader thread: {0}")]
     StdinThread(#[source] std::io::Error),
@@ -174,6 +177,7 @@ impl EngineError {
             E::Aborted { .. } => "the decode was cancelled".into(),
             E::DecodeFailed { .. } => "try a smaller -c/--ctx-size or --ubatch; set BMOE_LLAMA_LOG=1 for llama.cpp's own log".into(),
             E::Decide(e) => e.hint(),
+            E::Signal(_) => "report a bug: signal handlers are installed on every Linux".into(),
             E::StdinThread(_) => "the system is out of threads or memory".into(),
             E::TestHook(_) => "test hook".into(),
             E::Internal(_) => "report a bug".into(),
@@ -208,15 +212,26 @@ pub enum ExitStatus {
     Failure,
     /// The command line was wrong: nothing was run.
     Usage,
+    /// A SIGINT (Ctrl-C) stopped the run early; what ran was reported.
+    Interrupted,
+}
+
+impl ExitStatus {
+    /// The process exit code.
+    pub const fn code(self) -> u8 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Failure => 1,
+            ExitStatus::Usage => 2,
+            // 128 + SIGINT: what a shell reports for a process the signal killed
+            ExitStatus::Interrupted => 130,
+        }
+    }
 }
 
 impl From<ExitStatus> for ExitCode {
     fn from(s: ExitStatus) -> Self {
-        match s {
-            ExitStatus::Success => ExitCode::SUCCESS,
-            ExitStatus::Failure => ExitCode::from(1),
-            ExitStatus::Usage => ExitCode::from(2),
-        }
+        ExitCode::from(s.code())
     }
 }
 

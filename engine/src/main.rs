@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         }
     };
     match execute(&cfg, &mut err) {
-        Ok(()) => ExitStatus::Success.into(),
+        Ok(status) => status.into(),
         Err(e) => {
             // the answer or the protocol lines may have stopped mid-line: start a new one
             eprintln!("\nerror: {e}\nhint: {}", e.hint());
@@ -43,8 +43,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// A one-shot run, or a session serving stdin requests.
-fn execute(cfg: &RunConfig, err: &mut dyn Write) -> Result<(), EngineError> {
+/// A one-shot run, or a session serving stdin requests: how it ended (completed, or
+/// interrupted by a SIGINT).
+fn execute(cfg: &RunConfig, err: &mut dyn Write) -> Result<ExitStatus, EngineError> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = if cfg.session {

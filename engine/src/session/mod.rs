@@ -14,12 +14,20 @@
 //! (`llama_memory_seq_rm` drops the divergent tail). A rejected request (`BMOE_ERROR` with
 //! `fatal:false`) leaves the conversation and the KV exactly as they were; a cancelled turn is
 //! rolled back the same way.
+//!
+//! Ctrl-C (SIGINT) follows llama-cli's habit: while a request runs it cancels that request as a
+//! `cancel` would (the abort flag stops the decode in flight) and the session goes on; with no
+//! request running it ends the session (exit 130); a second SIGINT before the first was handled
+//! exits at once. An output file that stops on a write error (a full disk) is reported on every
+//! `generate` answered after it, as a non-fatal `BMOE_ERROR` before its `BMOE_DONE`, and the
+//! session then exits 1 when it ends.
 
 use crate::chat::{Message, PREFILLED_REASONING};
 use crate::cli::RunConfig;
 use crate::decide::{DecideSetup, PrefixState, decide};
-use crate::error::EngineError;
+use crate::error::{EngineError, ExitStatus};
 use crate::ffi::Token;
+use crate::sinks::SinkError;
 use crate::turn::load::load_model;
 use crate::turn::{Engine, Generation, Turn};
 use bmoe_telemetry::protocol::{
@@ -28,12 +36,16 @@ use bmoe_telemetry::protocol::{
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::Duration;
 
 /// The KV sequence the conversation lives in (`llama_batch_get_one` decodes into it).
 const SEQ: i32 = 0;
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// How often the idle session looks at the SIGINT flag.
+const IDLE_POLL: Duration = Duration::from_millis(100);
 
 /// A request the main loop runs (`cancel` and `close` are the reader's own business).
 #[derive(Debug)]
@@ -194,17 +206,28 @@ fn reject(out: &mut dyn Write, id: i64, msg: String) {
     );
 }
 
-/// Serves requests from stdin until `close`, EOF or a fatal error. Everything the protocol
-/// carries goes to `out` (stdout); notes and warnings to `note` (stderr).
+/// The `BMOE_ERROR` message of an output file that stopped on a write error.
+fn sink_message(e: &SinkError) -> String {
+    format!(
+        "{e} — {} is no longer written, so the record of this turn is incomplete; hint: {}",
+        e.flag(),
+        e.hint()
+    )
+}
+
+/// Serves requests from stdin until `close`, EOF, a SIGINT while idle
+/// ([`ExitStatus::Interrupted`]) or a fatal error. Everything the protocol carries goes to
+/// `out` (stdout); notes and warnings to `note` (stderr).
 ///
 /// # Errors
 /// The load failure or the fatal error that ended the session (already reported on `out` as
-/// `BMOE_ERROR` with `fatal:true`).
+/// `BMOE_ERROR` with `fatal:true`); at the end of a session, an output file that stopped on a
+/// write error (reported on `out` as non-fatal `BMOE_ERROR`s while it ran).
 pub fn serve(
     cfg: &RunConfig,
     out: &mut dyn Write,
     note: &mut dyn Write,
-) -> Result<(), EngineError> {
+) -> Result<ExitStatus, EngineError> {
     serve_from(cfg, std::io::BufReader::new(std::io::stdin()), out, note)
 }
 
@@ -231,7 +254,7 @@ pub fn serve_from(
     input: impl BufRead + Send + 'static,
     out: &mut dyn Write,
     note: &mut dyn Write,
-) -> Result<(), EngineError> {
+) -> Result<ExitStatus, EngineError> {
     let loaded = load_model(cfg).map_err(|e| fatal(out, 0, e))?;
     let mut engine = Engine::open(cfg, &loaded, note).map_err(|e| fatal(out, 0, e))?;
     emit(
@@ -245,6 +268,7 @@ pub fn serve_from(
         }
         .to_line(),
     );
+    let interrupt = engine.catch_sigint(true).map_err(|e| fatal(out, 0, e))?;
     let (tx, rx): (Sender<Inbound>, Receiver<Inbound>) = channel();
     let abort = engine.abort_flag();
     let cancels = Arc::new(Cancels::default());
@@ -259,12 +283,24 @@ pub fn serve_from(
     }
     let mut conv = Conversation::default();
     let mut prefix = PrefixState::with_cap(cfg.decide_state_max_mib.saturating_mul(1 << 20));
-    for item in rx {
+    loop {
+        let item = match rx.recv_timeout(IDLE_POLL) {
+            Ok(item) => item,
+            Err(RecvTimeoutError::Timeout) if interrupt.raised() => {
+                let _ = writeln!(
+                    note,
+                    "bmoe: interrupted (Ctrl-C) with no request running: the session ends"
+                );
+                return ended(&mut engine, ExitStatus::Interrupted);
+            }
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         match item {
             Inbound::Close => break,
             Inbound::Invalid { id, msg } => reject(out, id, msg),
             Inbound::Work { seq, work } => {
-                let cancelled = || cancels.covers(seq);
+                let cancelled = || cancels.covers(seq) || interrupt.raised();
                 if !cancelled() {
                     engine.clear_abort();
                 }
@@ -283,10 +319,27 @@ pub fn serve_from(
                     Err(Failure::Rejected(msg)) => reject(out, id, msg),
                     Err(Failure::Fatal(e)) => return Err(fatal(out, id, e)),
                 }
+                if interrupt.raised() {
+                    // this request took the SIGINT: the next one is a first one again
+                    let _ = writeln!(
+                        note,
+                        "bmoe: interrupted (Ctrl-C) during request {id}: it stopped there (cancelled, unless it had just finished) and the session goes on; Ctrl-C with no request running ends it"
+                    );
+                    interrupt.rearm();
+                }
             }
         }
     }
-    Ok(())
+    ended(&mut engine, ExitStatus::Success)
+}
+
+/// How a session that was not ended by a fatal error exits: with the first output file that
+/// stopped on a write error, if one did.
+fn ended(engine: &mut Engine<'_>, status: ExitStatus) -> Result<ExitStatus, EngineError> {
+    match engine.take_sink_failure() {
+        Some(e) => Err(e.into()),
+        None => Ok(status),
+    }
 }
 
 /// The new conversation a `generate` asks for, rendered and tokenized, before anything changes.
@@ -468,6 +521,11 @@ fn generate(
         }
         conv.kv.len()
     };
+    for e in engine.sink_failures() {
+        // before the BMOE_DONE, so a client that takes the first answer to a request as its
+        // outcome records an error, not a good turn
+        reject(out, g.id, sink_message(e));
+    }
     emit(out, &done_record(engine, g.id, &out_g, n_past).to_line());
     Ok(())
 }

@@ -12,11 +12,21 @@ use crate::graph::timing::Granularity;
 /// Writes the compute trace, one decode at a time.
 pub struct ComputeTraceWriter {
     writer: TraceWriter<File, ComputeRow>,
+    /// Where the last complete write ended (a failed one is cut off).
+    tail: Option<super::Tail>,
     flag: &'static str,
     path: PathBuf,
 }
 
 impl ComputeTraceWriter {
+    /// Stops the file after a failed write: the writer is dropped (its buffer flushed once
+    /// more) and the file cut back to the end of its last complete write.
+    pub fn abandon(self) {
+        let Self { writer, tail, .. } = self;
+        drop(writer);
+        super::Tail::cut(tail);
+    }
+
     /// Creates `path` and writes the preamble.
     ///
     /// # Errors
@@ -29,6 +39,7 @@ impl ComputeTraceWriter {
         let flag = granularity.flag();
         let writer = TraceWriter::create(path, info).map_err(SinkError::creating(flag, path))?;
         Ok(Self {
+            tail: super::Tail::of(path),
             writer,
             flag,
             path: path.to_path_buf(),
@@ -44,6 +55,8 @@ impl ComputeTraceWriter {
         for row in rows {
             self.writer.write_row(row).map_err(err)?;
         }
-        self.writer.flush().map_err(err)
+        self.writer.flush().map_err(err)?;
+        super::Tail::commit(&mut self.tail);
+        Ok(())
     }
 }

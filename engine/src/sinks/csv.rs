@@ -88,6 +88,8 @@ pub struct TrailerContext {
     pub prefill_stall_s: f64,
     /// The turn was cancelled: the trailer appends `cancelled=1` (absent otherwise).
     pub cancelled: bool,
+    /// A SIGINT stopped the turn: `interrupted=1` (written `0` otherwise, on every trailer).
+    pub interrupted: bool,
 }
 
 /// The `# summary` trailer: every key that applies to a plain or streamed run.
@@ -154,8 +156,9 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     }
     // an appended key (older parsers ignore it): the figures above cover a partial turn
     if c.cancelled {
-        t.push("cancelled", "1");
+        t.push(k::CANCELLED, "1");
     }
+    t.set_interrupted(c.interrupted);
     t
 }
 
@@ -325,6 +328,8 @@ pub fn cgroup_keys(cg: Option<&crate::memory::picture::CgroupMemory>) -> bmoe_te
 /// An open metrics CSV.
 pub struct CsvSink {
     writer: MetricsWriter<File>,
+    /// Where the last complete write ended (a failed one is cut off).
+    tail: Option<super::Tail>,
     path: PathBuf,
 }
 
@@ -335,6 +340,14 @@ impl std::fmt::Debug for CsvSink {
 }
 
 impl CsvSink {
+    /// Stops the file after a failed write: the writer is dropped (its buffer flushed once
+    /// more) and the file cut back to the end of its last complete write.
+    pub fn abandon(self) {
+        let Self { writer, tail, .. } = self;
+        drop(writer);
+        super::Tail::cut(tail);
+    }
+
     /// Creates `path` and writes the preamble and header.
     ///
     /// # Errors
@@ -342,6 +355,7 @@ impl CsvSink {
     pub fn create(path: &Path, info: &RunInfo) -> Result<Self, SinkError> {
         let writer = MetricsWriter::create(path, info).map_err(SinkError::creating(FLAG, path))?;
         Ok(Self {
+            tail: super::Tail::of(path),
             writer,
             path: path.to_path_buf(),
         })
@@ -354,7 +368,9 @@ impl CsvSink {
     pub fn write_row(&mut self, row: &TokenRow) -> Result<(), SinkError> {
         self.writer
             .write_row(row)
-            .map_err(|source| self.write_error(source))
+            .map_err(|source| self.write_error(source))?;
+        super::Tail::commit(&mut self.tail);
+        Ok(())
     }
 
     /// Appends the `# summary` trailer (flushed).
@@ -364,7 +380,9 @@ impl CsvSink {
     pub fn write_summary(&mut self, t: &SummaryTrailer) -> Result<(), SinkError> {
         self.writer
             .write_summary(t)
-            .map_err(|source| self.write_error(source))
+            .map_err(|source| self.write_error(source))?;
+        super::Tail::commit(&mut self.tail);
+        Ok(())
     }
 
     fn write_error(&self, source: bmoe_telemetry::Error) -> SinkError {
@@ -454,6 +472,7 @@ mod tests {
                 layer_demand_bytes: 1 << 20,
                 stall_s: None,
                 drain_s: 0.0,
+                ..Default::default()
             }),
             // a dense probe's time is cache management: in mgmt_s/tok, out of compute_s/tok
             probe_s: 0.002,
@@ -476,6 +495,16 @@ mod tests {
         assert_eq!(t.get_f64("mgmt_s/tok"), Some(0.003));
         assert_eq!(t.get_f64("majflt/tok"), Some(3.0));
         assert_eq!(t.get_u64("n_prompt"), Some(4));
+        // a run that was not interrupted says so
+        assert_eq!(t.interrupted(), Some(false));
+        assert!(!t.cancelled());
+        let stopped = TrailerContext {
+            cancelled: true,
+            interrupted: true,
+            ..Default::default()
+        };
+        let line = trailer(&summary, &stopped).to_line().unwrap();
+        assert!(line.ends_with(" cancelled=1 interrupted=1"), "{line}");
         assert_eq!(t.get_f64("token_demand_MiB"), Some(3.0));
         assert_eq!(t.get_f64("layer_demand_MiB"), Some(1.0));
     }

@@ -17,10 +17,20 @@ const FLAG: &str = "--io-trace";
 /// Writes the io trace, one decode at a time.
 pub struct IoTraceWriter {
     writer: TraceWriter<File, IoRow>,
+    /// Where the last complete write ended (a failed one is cut off).
+    tail: Option<super::Tail>,
     path: PathBuf,
 }
 
 impl IoTraceWriter {
+    /// Stops the file after a failed write: the writer is dropped (its buffer flushed once
+    /// more) and the file cut back to the end of its last complete write.
+    pub fn abandon(self) {
+        let Self { writer, tail, .. } = self;
+        drop(writer);
+        super::Tail::cut(tail);
+    }
+
     /// Creates `path` and writes the preamble.
     ///
     /// # Errors
@@ -28,6 +38,7 @@ impl IoTraceWriter {
     pub fn create(path: &Path, info: &DecodeTraceInfo) -> Result<Self, SinkError> {
         let writer = TraceWriter::create(path, info).map_err(SinkError::creating(FLAG, path))?;
         Ok(Self {
+            tail: super::Tail::of(path),
             writer,
             path: path.to_path_buf(),
         })
@@ -63,6 +74,8 @@ impl IoTraceWriter {
             };
             self.writer.write_row(&row).map_err(err)?;
         }
-        self.writer.flush().map_err(err)
+        self.writer.flush().map_err(err)?;
+        super::Tail::commit(&mut self.tail);
+        Ok(())
     }
 }

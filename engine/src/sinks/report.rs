@@ -217,6 +217,14 @@ pub struct StreamSummary {
     pub stall_s: Option<f64>,
     /// Under `--overlap`: Σ eval-thread waits for the previous batch, s.
     pub drain_s: f64,
+    /// Cache lookups, cumulative (prompts included, as `cache_hit_pct`).
+    pub lookups: u64,
+    /// Cache hits, cumulative.
+    pub hits: u64,
+    /// Experts read (misses), cumulative.
+    pub experts_read: u64,
+    /// Every expert of every streamed layer, bytes (what a resident run keeps in memory).
+    pub expert_bytes: u64,
 }
 
 impl StreamSummary {
@@ -468,6 +476,7 @@ mod tests {
                 layer_demand_bytes: 0,
                 stall_s: None,
                 drain_s: 0.0,
+                ..Default::default()
             }),
             // the dense probes count as cache management (0.2 + 0.2 s over 4 tokens)
             probe_s: 0.2,

@@ -14,10 +14,20 @@ const FLAG: &str = "--route-trace";
 /// Writes the route trace, one decode at a time.
 pub struct RouteTraceWriter {
     writer: TraceWriter<File, RouteRow>,
+    /// Where the last complete write ended (a failed one is cut off).
+    tail: Option<super::Tail>,
     path: PathBuf,
 }
 
 impl RouteTraceWriter {
+    /// Stops the file after a failed write: the writer is dropped (its buffer flushed once
+    /// more) and the file cut back to the end of its last complete write.
+    pub fn abandon(self) {
+        let Self { writer, tail, .. } = self;
+        drop(writer);
+        super::Tail::cut(tail);
+    }
+
     /// Creates `path` and writes the preamble.
     ///
     /// # Errors
@@ -25,6 +35,7 @@ impl RouteTraceWriter {
     pub fn create(path: &Path, info: &RouteTraceInfo) -> Result<Self, SinkError> {
         let writer = TraceWriter::create(path, info).map_err(SinkError::creating(FLAG, path))?;
         Ok(Self {
+            tail: super::Tail::of(path),
             writer,
             path: path.to_path_buf(),
         })
@@ -39,7 +50,9 @@ impl RouteTraceWriter {
         for row in rows {
             self.writer.write_row(row).map_err(err)?;
         }
-        self.writer.flush().map_err(err)
+        self.writer.flush().map_err(err)?;
+        super::Tail::commit(&mut self.tail);
+        Ok(())
     }
 }
 

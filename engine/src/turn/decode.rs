@@ -142,15 +142,13 @@ impl Engine<'_> {
             trailer: TrailerContext {
                 cache_budget_mib: self.cache_budget_mib(),
                 cancelled: true,
+                interrupted: self.interrupted(),
                 ..Default::default()
             },
             ..Default::default()
         };
-        if let Some(sink) = self.outputs.csv.as_mut()
-            && let Err(e) = sink.write_summary(&trailer(&g.summary, &g.trailer))
-        {
-            let _ = writeln!(note, "bmoe: warning: {e}");
-        }
+        self.outputs
+            .csv_summary(&trailer(&g.summary, &g.trailer), note);
         g
     }
 
@@ -254,20 +252,16 @@ impl Engine<'_> {
         note: &mut dyn Write,
     ) {
         lp.trailer.loop_overhead_s += d.loop_overhead_ms / 1e3;
-        let cache_budget_mib = self.cache_budget_mib();
-        if let Some(sink) = self.outputs.csv.as_mut() {
+        if self.outputs.csv.is_some() {
             let rctx = RowContext {
                 turn: u64::from(turn.turn),
                 memory: MemorySnapshot::sample(),
-                cache_budget_mib,
+                cache_budget_mib: self.cache_budget_mib(),
                 loop_overhead_ms: d.loop_overhead_ms,
                 page_size: system_page_size() as u64,
                 drain_ms: d.drain_ms,
             };
-            if let Err(e) = sink.write_row(&token_row(&d.row, &rctx)) {
-                let _ = writeln!(note, "bmoe: warning: {e} — metrics stop here");
-                self.outputs.csv = None;
-            }
+            self.outputs.csv_row(&token_row(&d.row, &rctx), note);
         }
         let s = &mut lp.summary;
         s.n_gen += 1;
@@ -354,17 +348,19 @@ impl Engine<'_> {
                     .is_some()
                     .then(|| (n.stall_ns - b.stall_ns) as f64 / 1e9),
                 drain_s: (n.drain_ns - b.drain_ns) as f64 / 1e9,
+                lookups: n.lookups,
+                hits: n.hits,
+                experts_read: n.experts_read,
+                expert_bytes: self.expert_bytes(),
             });
         }
         lp.trailer.cgroup_usage_bytes = cgroup_memory()
             .filter(|c| c.limit.is_some())
             .map(|c| c.usage);
         lp.trailer.cancelled = g.cancelled;
-        if let Some(sink) = self.outputs.csv.as_mut()
-            && let Err(e) = sink.write_summary(&trailer(&lp.summary, &lp.trailer))
-        {
-            let _ = writeln!(note, "bmoe: warning: {e}");
-        }
+        lp.trailer.interrupted = g.cancelled && self.interrupted();
+        self.outputs
+            .csv_summary(&trailer(&lp.summary, &lp.trailer), note);
         let _ = out.flush();
         g.text = lp.text.text().to_string();
         (g.reasoning, g.answer) = match lp.splitter.as_mut() {

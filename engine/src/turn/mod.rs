@@ -7,6 +7,7 @@
 //! [`run`] and the session loop (`crate::session`).
 
 mod decode;
+pub mod interrupt;
 pub mod load;
 mod oneshot;
 mod open;
@@ -109,6 +110,9 @@ pub struct Engine<'m> {
     _dense_arena: Option<crate::vm::Arena>,
     /// `--adaptive-threads`: each generated token's compute-thread count (kept across turns).
     governor: Option<threads::ThreadGovernor>,
+    /// The SIGINT flag, once [`Self::catch_sigint`] installed it: a turn it stopped says so in
+    /// its trailer.
+    interrupt: Option<interrupt::Interrupt>,
 }
 
 impl<'m> Engine<'m> {
@@ -197,6 +201,45 @@ impl<'m> Engine<'m> {
         self.abort.store(false, Ordering::SeqCst);
     }
 
+    /// From now on a SIGINT raises the returned flag instead of killing the process (a second
+    /// one while it is raised exits 130: [`interrupt`]). With `abort_decode` it also raises
+    /// the context's abort flag, so the decode in flight stops as at a session `cancel`;
+    /// without it the token in flight is finished.
+    ///
+    /// # Errors
+    /// [`EngineError::Signal`] when the handler cannot be installed.
+    pub fn catch_sigint(
+        &mut self,
+        abort_decode: bool,
+    ) -> Result<interrupt::Interrupt, EngineError> {
+        let also = if abort_decode {
+            vec![Arc::clone(&self.abort)]
+        } else {
+            Vec::new()
+        };
+        let i = interrupt::Interrupt::install(&also).map_err(EngineError::Signal)?;
+        self.interrupt = Some(i.clone());
+        Ok(i)
+    }
+
+    /// The write errors that stopped an output file so far (a full disk): such a run's record
+    /// is incomplete.
+    pub fn sink_failures(&self) -> &[crate::sinks::SinkError] {
+        self.outputs.failures()
+    }
+
+    /// The first write error that stopped an output file, taken: the error the run ends with.
+    pub fn take_sink_failure(&mut self) -> Option<crate::sinks::SinkError> {
+        self.outputs.take_failure()
+    }
+
+    /// Whether a SIGINT is pending (raised and not yet re-armed).
+    fn interrupted(&self) -> bool {
+        self.interrupt
+            .as_ref()
+            .is_some_and(interrupt::Interrupt::raised)
+    }
+
     /// Tokenizes `text` as a prompt (special tokens parsed, BOS as the model wants).
     pub fn tokenize(&self, text: &str) -> Result<Vec<Token>, EngineError> {
         self.model().tokenize(text).map_err(EngineError::Tokenize)
@@ -225,6 +268,14 @@ impl<'m> Engine<'m> {
     /// The overlap that runs, with `--overlap`.
     pub fn overlap(&self) -> Option<crate::stream::overlap::OverlapKind> {
         self.resolved.overlap
+    }
+
+    /// Every streamed expert's bytes (0 without streaming).
+    fn expert_bytes(&mut self) -> u64 {
+        self.ctx
+            .hook_mut()
+            .and_then(|h| h.streamer())
+            .map_or(0, |s| s.layout().total_bytes())
     }
 
     fn stream_stats(&mut self) -> Option<StreamStats> {

@@ -113,6 +113,7 @@ impl<'m> Engine<'m> {
             _dense_arena: streamed.dense_arena,
             governor: (cfg.adaptive_threads && cfg.threads > 1)
                 .then(|| ThreadGovernor::new(cfg.threads)),
+            interrupt: None,
         })
     }
 }

@@ -1,6 +1,8 @@
 //! The run's files: the metrics CSV and the three traces. The graph's recorders collect a
 //! decode's route and compute rows; after each decode they are handed to the sinks here, with
-//! the streamer's reads for the io trace. A write error stops that file with a warning.
+//! the streamer's reads for the io trace. A write error stops that file: a warning on stderr,
+//! the file cut back to its last complete write, and the error kept — the run is then not a
+//! good one, whatever else happens (one-shot: exit 1 at the end; session: a `BMOE_ERROR`).
 
 use crate::cli::RunConfig;
 use crate::error::EngineError;
@@ -17,6 +19,7 @@ use crate::sinks::io_trace::IoTraceWriter;
 use crate::sinks::route_trace::{RouteTraceWriter, trace_info};
 use bmoe_gguf::GgufModel;
 use bmoe_gguf::info::ModelInfo;
+use bmoe_telemetry::metrics::{SummaryTrailer, TokenRow};
 use bmoe_telemetry::trace::{DecodeTraceInfo, RouteTraceInfo};
 use std::io::Write;
 
@@ -28,6 +31,8 @@ pub(super) struct Outputs {
     routes: Option<RouteTraceWriter>,
     nodes: Option<ComputeTraceWriter>,
     io: Option<IoTraceWriter>,
+    /// The write errors that stopped a file, in the order they happened.
+    failed: Vec<SinkError>,
 }
 
 impl Outputs {
@@ -84,6 +89,42 @@ impl Outputs {
         Ok(out)
     }
 
+    /// Appends a row to the CSV (when it is still written).
+    pub fn csv_row(&mut self, row: &TokenRow, note: &mut dyn Write) {
+        if let Some(sink) = self.csv.as_mut()
+            && let Err(e) = sink.write_row(row)
+        {
+            self.stop_csv(e, note);
+        }
+    }
+
+    /// Appends a `# summary` trailer to the CSV (when it is still written).
+    pub fn csv_summary(&mut self, t: &SummaryTrailer, note: &mut dyn Write) {
+        if let Some(sink) = self.csv.as_mut()
+            && let Err(e) = sink.write_summary(t)
+        {
+            self.stop_csv(e, note);
+        }
+    }
+
+    fn stop_csv(&mut self, e: SinkError, note: &mut dyn Write) {
+        warn(note, &e, "the metrics stop here");
+        if let Some(sink) = self.csv.take() {
+            sink.abandon();
+        }
+        self.failed.push(e);
+    }
+
+    /// The write errors that stopped a file so far.
+    pub fn failures(&self) -> &[SinkError] {
+        &self.failed
+    }
+
+    /// The first write error that stopped a file, taken (what the run ends with).
+    pub fn take_failure(&mut self) -> Option<SinkError> {
+        (!self.failed.is_empty()).then(|| self.failed.remove(0))
+    }
+
     /// Tells the recorders which decode the next routings and nodes belong to.
     pub fn begin_decode(ctx: &mut Context<'_, MoeHook>, span: DecodeSpan) {
         if let Some(hook) = ctx.hook_mut() {
@@ -106,14 +147,20 @@ impl Outputs {
             && let Err(e) = w.write_decode(&records.routes)
         {
             warn(note, &e, "the route trace stops here");
-            self.routes = None;
+            if let Some(w) = self.routes.take() {
+                w.abandon();
+            }
+            self.failed.push(e);
             hook.stop_routes();
         }
         if let Some(w) = self.nodes.as_mut()
             && let Err(e) = w.write_decode(&records.nodes)
         {
             warn(note, &e, "the compute trace stops here");
-            self.nodes = None;
+            if let Some(w) = self.nodes.take() {
+                w.abandon();
+            }
+            self.failed.push(e);
             hook.stop_timing();
         }
         let Some(w) = self.io.as_mut() else { return };
@@ -130,7 +177,10 @@ impl Outputs {
         };
         if let Err(e) = w.write_decode(span.turn, phase, &steps, &reads) {
             warn(note, &e, "the io trace stops here");
-            self.io = None;
+            if let Some(w) = self.io.take() {
+                w.abandon();
+            }
+            self.failed.push(e);
         }
     }
 }

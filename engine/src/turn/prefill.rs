@@ -23,7 +23,7 @@ pub(super) enum Prefilled {
         /// The prefill's attribution, as the trailer reports it.
         trailer: TrailerContext,
     },
-    /// A cancel stopped it (session mode).
+    /// A cancel (session mode) or a SIGINT stopped it.
     Cancelled,
 }
 
@@ -41,6 +41,10 @@ impl Engine<'_> {
         let t_prefill = Instant::now();
         let mut from = turn.n_reused;
         for to in cuts {
+            // a one-shot Ctrl-C does not abort the decode in flight: it is seen between decodes
+            if cancelled() {
+                return Ok(Prefilled::Cancelled);
+            }
             let mut chunk = turn.tokens[from..to].to_vec();
             let span = DecodeSpan {
                 turn: turn.turn,

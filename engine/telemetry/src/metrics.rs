@@ -578,6 +578,29 @@ impl SummaryTrailer {
         <u64 as Cell>::parse(self.get(key)?.as_bytes())
     }
 
+    /// `interrupted=`: `Some(true)` when a SIGINT (Ctrl-C) stopped the generation early, so
+    /// the figures cover only the tokens before it; `Some(false)` on a run that was not
+    /// interrupted; `None` when the trailer predates the key (or holds neither `0` nor `1`).
+    pub fn interrupted(&self) -> Option<bool> {
+        flag_value(self.get(trailer_keys::INTERRUPTED)?)
+    }
+
+    /// Sets `interrupted=0|1` (see [`Self::interrupted`]).
+    pub fn set_interrupted(&mut self, interrupted: bool) {
+        self.push(
+            trailer_keys::INTERRUPTED,
+            if interrupted { "1" } else { "0" },
+        );
+    }
+
+    /// `cancelled=1`: the generation stopped early (a session `cancel`, or a SIGINT), so the
+    /// figures cover a partial turn. The key is written only when it is 1: absent = `false`.
+    pub fn cancelled(&self) -> bool {
+        self.get(trailer_keys::CANCELLED)
+            .and_then(flag_value)
+            .unwrap_or(false)
+    }
+
     /// The line, `# summary k=v ...`, no line end.
     ///
     /// # Errors
@@ -633,6 +656,20 @@ pub mod trailer_keys {
     pub const CACHE_RESIDENT_MIB: &str = "cache_resident_MiB";
     /// Cache budget, MiB.
     pub const CACHE_BUDGET_MIB: &str = "cache_budget_MiB";
+    /// `1` when the turn stopped early (a session `cancel` or a SIGINT); written only then.
+    pub const CANCELLED: &str = "cancelled";
+    /// `0`/`1`: whether a SIGINT (Ctrl-C) stopped the generation early; on every trailer of
+    /// an engine that knows the key, absent from older files.
+    pub const INTERRUPTED: &str = "interrupted";
+}
+
+/// A `0`/`1` trailer value.
+fn flag_value(v: &str) -> Option<bool> {
+    match v {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -915,6 +952,37 @@ mod tests {
         assert_eq!(rows[0].mgmt_ms, None);
         assert_eq!(r.run_info().version, None);
         assert_eq!(r.summaries()[0].get_f64("s/tok"), Some(0.585));
+    }
+
+    #[test]
+    fn interrupted_reads_from_new_trailers_and_is_unknown_in_old_ones() {
+        let text = "step,steps,wall_ms\n1,2,3.0\n# summary tokens=1 s/tok=0.003\n2,2,4.0\n# summary tokens=1 interrupted=0\n# summary tokens=1 cancelled=1 interrupted=1\n# summary interrupted=yes\n";
+        let mut r = MetricsReader::new(text.as_bytes(), "i.csv").expect("open");
+        let rows: Vec<_> = r.by_ref().collect::<Result<_>>().expect("rows");
+        assert_eq!(rows.len(), 2);
+        let got: Vec<(Option<bool>, bool)> = r
+            .summaries()
+            .iter()
+            .map(|t| (t.interrupted(), t.cancelled()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (None, false),
+                (Some(false), false),
+                (Some(true), true),
+                (None, false)
+            ]
+        );
+        let mut t = SummaryTrailer::new();
+        t.push("tokens", "3");
+        t.set_interrupted(true);
+        assert_eq!(
+            t.to_line().expect("line"),
+            "# summary tokens=3 interrupted=1"
+        );
+        t.set_interrupted(false);
+        assert_eq!(t.interrupted(), Some(false));
     }
 
     #[test]
