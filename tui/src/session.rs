@@ -104,6 +104,9 @@ pub struct Turn {
     pub text: String,
     /// The final thinking span, once done (raw).
     pub reasoning: String,
+    /// Non-fatal `BMOE_ERROR`s that came before this turn's `BMOE_DONE` (an output file of the
+    /// engine failed, e.g. a full disk): the text is whole, but the run's files are not.
+    pub errors: Vec<String>,
 }
 
 impl Turn {
@@ -147,6 +150,7 @@ impl SessionLog {
                 state: TurnState::Sent,
                 text: String::new(),
                 reasoning: String::new(),
+                errors: Vec::new(),
             }),
             SessionEvent::CancelSent => self.cancel_pending = true,
             SessionEvent::Begin(id) => {
@@ -163,6 +167,10 @@ impl SessionLog {
                 self.cancel_pending = false;
                 self.n_past = Some(*n_past);
                 let t = self.turn_mut(*id);
+                // An error before the DONE did not end the turn: keep it beside the result.
+                if let TurnState::Error(msg) = &t.state {
+                    t.errors.push(msg.clone());
+                }
                 t.state = TurnState::Done {
                     cancelled: *cancelled,
                     tokens: *tokens,
@@ -200,6 +208,7 @@ impl SessionLog {
                     state: TurnState::Sent,
                     text: String::new(),
                     reasoning: String::new(),
+                    errors: Vec::new(),
                 });
                 self.turns.len() - 1
             }
@@ -491,6 +500,41 @@ mod tests {
                 .map(|_| ()),
             Err(Refusal::Ended)
         );
+    }
+
+    #[test]
+    fn an_error_before_the_done_is_kept_beside_the_result() {
+        let mut log = SessionLog::default();
+        log.apply(&SessionEvent::Begin(4), "", "");
+        let full = "writing --csv run.csv: No space left on device";
+        log.apply(
+            &SessionEvent::Error {
+                id: 4,
+                fatal: false,
+                msg: full.into(),
+            },
+            "",
+            "",
+        );
+        log.apply(
+            &SessionEvent::Done {
+                id: 4,
+                cancelled: false,
+                tokens: 5,
+                tok_s: 2.0,
+                n_past: 9,
+            },
+            "Hi.",
+            "",
+        );
+        let t = &log.turns[0];
+        assert!(matches!(t.state, TurnState::Done { tokens: 5, .. }));
+        assert_eq!(
+            t.errors,
+            vec![full.to_string()],
+            "the failed sink is not forgotten"
+        );
+        assert_eq!(log.orphan_error, None);
     }
 
     #[test]

@@ -66,6 +66,12 @@ pub fn conversation_text(run: &RunState, theme: &Theme) -> Text<'static> {
                         theme.ok(),
                     ));
                 }
+                for msg in &t.errors {
+                    lines.push(Line::styled(
+                        format!("✗ error: {}", clean(msg, true)),
+                        theme.warn(),
+                    ));
+                }
             }
             TurnState::Error(msg) => lines.push(Line::styled(
                 format!("✗ error: {}", clean(msg, true)),

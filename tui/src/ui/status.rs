@@ -103,7 +103,14 @@ pub fn session_state(run: &RunState) -> String {
                 tokens,
                 ..
             } => format!("#{} cancelled after {tokens} tokens · ready", t.id),
-            TurnState::Done { tokens, .. } => format!("#{} done, {tokens} tokens · ready", t.id),
+            TurnState::Done { tokens, .. } => match t.errors.last() {
+                None => format!("#{} done, {tokens} tokens · ready", t.id),
+                Some(msg) => format!(
+                    "#{} done, {tokens} tokens · error: {} · ready",
+                    t.id,
+                    truncate(&clean(msg, false), 40)
+                ),
+            },
             TurnState::Error(msg) => {
                 format!(
                     "#{} error: {} · ready",
