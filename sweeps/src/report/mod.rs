@@ -299,7 +299,7 @@ fn analysis_of(root: &Path) -> crate::sweep::manifest::AnalysisDef {
     std::fs::read_to_string(&path)
         .ok()
         .and_then(|t| crate::sweep::manifest::parse(&path, &t).ok())
-        .map(|(m, _)| m.analysis)
+        .map(|(m, _)| m.analysis())
         .unwrap_or_default()
 }
 

@@ -129,7 +129,17 @@ pub struct Manifest {
     pub sweeps: Vec<Spanned<SweepDef>>,
     /// Report settings.
     #[serde(default)]
-    pub analysis: AnalysisDef,
+    pub analysis: Option<Spanned<AnalysisDef>>,
+}
+
+impl Manifest {
+    /// The `[analysis]` settings (defaults when the table is absent).
+    pub fn analysis(&self) -> AnalysisDef {
+        self.analysis
+            .as_ref()
+            .map(|a| a.get_ref().clone())
+            .unwrap_or_default()
+    }
 }
 
 /// Where a device is and how to reach it.
@@ -350,7 +360,7 @@ pub struct SessionDef {
     /// are one conversation).
     pub clear_kv: Option<bool>,
     /// `n_predict` for generated requests.
-    pub n_predict: Option<u32>,
+    pub n_predict: Option<Spanned<u32>>,
 }
 
 /// `prompts = ...` of a session: inline turns or a file.
@@ -438,7 +448,7 @@ run_settings! {
     }
     settings {
         /// `-n`.
-        n_predict: u32,
+        n_predict: Spanned<u32>,
         /// `-p`.
         prompt: String,
         /// Read the prompt from this file (relative to the manifest).
@@ -448,13 +458,13 @@ run_settings! {
         /// Counted runs per cell.
         repetitions: u32,
         /// Per-run timeout, seconds.
-        timeout_s: f64,
+        timeout_s: Spanned<f64>,
         /// Memory cap, e.g. `"8GiB"`: the run goes into a memory cgroup.
         mem_limit: Spanned<String>,
         /// Warm-up settings.
         warmup: WarmupDef,
         /// Cooldown before every run.
-        cooldown: CooldownDef,
+        cooldown: Spanned<CooldownDef>,
         /// Run order.
         order: OrderDef,
         /// Session mode.

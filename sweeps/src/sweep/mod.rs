@@ -86,6 +86,10 @@ pub struct SweepArgs {
     /// Print every run's command in order (stdout) and run nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Refuse manifests that expand to more runs than this (warm-ups included), counted before
+    /// anything is expanded.
+    #[arg(long, value_name = "N", default_value_t = expand::DEFAULT_MAX_RUNS)]
+    pub max_runs: u64,
 }
 
 /// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
@@ -101,11 +105,11 @@ pub fn emit(text: &str) -> Result<()> {
     }
 }
 
-/// Loads and expands a manifest.
+/// Loads and expands a manifest (refusing more than `max_runs` runs).
 ///
 /// # Errors
 /// I/O errors and [`manifest::ManifestError`]s (with line and column).
-pub fn load(path: &std::path::Path) -> Result<(expand::Plan, String)> {
+pub fn load(path: &std::path::Path, max_runs: u64) -> Result<(expand::Plan, String)> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         anyhow::Error::from(Hinted::new(
             format!("cannot read manifest {}: {e}", path.display()),
@@ -113,7 +117,15 @@ pub fn load(path: &std::path::Path) -> Result<(expand::Plan, String)> {
         ))
     })?;
     let (m, src) = manifest::parse(path, &text)?;
-    let plan = expand::expand(&m, &src)?;
+    let plan = expand::expand_limited(&m, &src, max_runs)?;
+    if plan.dir_name != plan.name {
+        eprintln!(
+            "note: {}: campaign name `{}` is not a directory name: its default results directory is results/{}",
+            path.display(),
+            plan.name,
+            plan.dir_name
+        );
+    }
     Ok((plan, text))
 }
 
@@ -134,13 +146,13 @@ pub fn run(args: &SweepArgs) -> Result<()> {
     let mut failed: Vec<String> = Vec::new();
     let mut seen: std::collections::BTreeMap<PathBuf, &std::path::Path> = Default::default();
     for path in &args.manifests {
-        match load(path) {
+        match load(path, args.max_runs) {
             Ok((plan, _)) => {
                 let out = args
                     .out
                     .clone()
                     .unwrap_or_else(|| PathBuf::from("results"))
-                    .join(&plan.name);
+                    .join(&plan.dir_name);
                 if let Some(first) = seen.get(&out) {
                     return Err(Hinted::new(
                         format!(
@@ -285,12 +297,57 @@ pub fn check_engine_flags(manifest: &std::path::Path, plan: &expand::Plan) -> Re
     .into())
 }
 
+/// Every engine binary and model file the plan runs is there (a remote device's are copied
+/// from here too), each missing one named with the manifest line that chose it: `--check`
+/// answers "would this run?", and the run itself would stop at the first.
+///
+/// # Errors
+/// The first binary that cannot be found, else the first model file that does not exist.
+pub fn check_files(manifest: &std::path::Path, plan: &expand::Plan) -> Result<()> {
+    let at = |pos: Option<(usize, usize)>| match pos {
+        Some((l, c)) => format!("{}:{l}:{c}", manifest.display()),
+        None => manifest.display().to_string(),
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for c in &plan.cells {
+        if !seen.insert(c.binary.clone()) {
+            continue;
+        }
+        if let Err(e) = runner::resolve_binary(&c.binary) {
+            let hint = hint_for(&e).unwrap_or_default();
+            let whose = if c.binary_origin.is_none() {
+                " (the default: the manifest sets no `binary`)"
+            } else {
+                ""
+            };
+            return Err(Hinted::new(format!("{}: {e:#}{whose}", at(c.binary_origin)), hint).into());
+        }
+    }
+    for (id, src) in &plan.models {
+        if let expand::ModelSource::File(p) = src
+            && !p.is_file()
+        {
+            return Err(Hinted::new(
+                format!(
+                    "{}: model `{id}`: file {} does not exist",
+                    at(plan.model_origins.get(id).copied()),
+                    p.display()
+                ),
+                "fix `path` (relative paths resolve against the manifest's directory), or use preset = \"tiny\" for a synthetic model",
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Runs one manifest into `out` [default: results/<name>].
 ///
 /// # Errors
 /// Manifest, setup and I/O errors; also when runs failed (after all ran).
 fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -> Result<()> {
-    let (plan, text) = load(manifest)?;
+    let (plan, text) = load(manifest, args.max_runs)?;
+    check_files(manifest, &plan)?;
     if args.check || args.dry_run {
         check_engine_flags(manifest, &plan)?;
         let warm = plan.runs.iter().filter(|r| r.warmup).count();
@@ -326,7 +383,7 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
         }
         return emit(&out);
     }
-    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.dir_name));
     let opts = runner::RunOptions {
         out: out.clone(),
         resume: args.resume,

@@ -555,7 +555,7 @@ fn execute(
         let d = format!(
             "{}/runs/{}/{}/{}/{}",
             dev.workdir(),
-            sh.plan.name,
+            sh.plan.dir_name,
             cell.sweep,
             cell.tag,
             run.rep

@@ -84,6 +84,22 @@ pub(super) fn combos_for(
     Ok(out)
 }
 
+/// How many combinations [`combos_for`] gives for `model`, from the list sizes alone (nothing
+/// is crossed): the product of the value groups' lengths, times the explicit cells.
+pub(super) fn count_combos(
+    cx: &Ctx<'_>,
+    sw: &SweepDef,
+    model: &str,
+    axis_order: &[String],
+    link_of: &BTreeMap<String, usize>,
+) -> Res<u128> {
+    let groups = value_groups(cx, sw, model, axis_order, link_of)?;
+    let product = groups
+        .iter()
+        .fold(1u128, |n, g| n.saturating_mul(g[0].1.len() as u128));
+    Ok(product.saturating_mul(sw.cells.len().max(1) as u128))
+}
+
 /// The swept axes of `model` (its per_model values, else the sweep's) grouped for crossing: a
 /// link is one group whose axes advance together, every other axis a group of its own.
 fn value_groups(
