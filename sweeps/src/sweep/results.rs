@@ -292,15 +292,24 @@ impl ResultsDir {
         let mut kept = String::new();
         let mut torn = false;
         if let Ok(f) = File::open(&jsonl_path) {
-            for line in BufReader::new(f).lines() {
+            for (no, line) in BufReader::new(f).split(b'\n').enumerate() {
                 let line = line.with_context(|| format!("cannot read {}", jsonl_path.display()))?;
+                let line = String::from_utf8_lossy(&line);
                 match serde_json::from_str::<RunRecord>(&line) {
                     Ok(r) => {
                         logged.insert(r.key());
                         kept.push_str(&line);
                         kept.push('\n');
                     }
-                    Err(_) => torn = true,
+                    Err(e) => {
+                        // The rewrite below drops it: say so rather than lose it silently.
+                        eprintln!(
+                            "warning: {}:{}: dropped from the log on resume: not a run record ({e})",
+                            jsonl_path.display(),
+                            no + 1
+                        );
+                        torn = true;
+                    }
                 }
             }
         }
@@ -439,26 +448,112 @@ fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Reads every record of a results directory: the last line per run wins.
 ///
 /// # Errors
-/// The directory has no `results.jsonl`.
+/// See [`read_records_noting`].
+#[cfg(test)]
 pub fn read_records(root: &Path) -> Result<Vec<RunRecord>> {
+    read_records_noting(root).map(|(r, _)| r)
+}
+
+/// Why line `text` of `results.jsonl` is not a usable run record, or the record. `last` = the
+/// file ends in this line without a newline (a torn append).
+fn parse_record_line(text: &str, last_unterminated: bool) -> Result<RunRecord, String> {
+    let clip: String = text.chars().take(60).collect();
+    let clip = if clip.len() < text.len() {
+        format!("{clip}…")
+    } else {
+        clip
+    };
+    let value: serde_json::Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(_) if last_unterminated => {
+            return Err("torn last line (cut short without a newline: the sweep was killed while appending it?)".into());
+        }
+        Err(e) => return Err(format!("not JSON ({e}): {clip:?}")),
+    };
+    let key = |k: &str| {
+        value
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    };
+    if !(value.is_object() && key("sweep") && key("cell") && key("rep")) {
+        return Err(format!(
+            "not a run record (no `sweep`, `cell` and `rep`): {clip:?}"
+        ));
+    }
+    let rec: RunRecord =
+        serde_json::from_value(value).map_err(|e| format!("bad run record: {e}"))?;
+    if let Some(t) = rec.tok_s
+        && !(t.is_finite() && t >= 0.0)
+    {
+        return Err(format!("bad run record: tok_s = {t} is not a rate"));
+    }
+    let dir = Path::new(&rec.dir);
+    if dir.is_absolute()
+        || dir
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(format!(
+            "bad run record: dir {:?} is not a directory inside the results",
+            rec.dir
+        ));
+    }
+    Ok(rec)
+}
+
+/// Reads every record of a results directory (the last line per run wins) and says which
+/// lines it skipped: `results.jsonl:N: why` for a torn last line, a line that is not JSON,
+/// JSON that is not a run record, or a record with a field of the wrong type or a negative
+/// `tok_s`. Blank lines are skipped silently.
+///
+/// # Errors
+/// The directory has no `results.jsonl`, or one with lines but not one valid record.
+pub fn read_records_noting(root: &Path) -> Result<(Vec<RunRecord>, Vec<String>)> {
     let path = root.join("results.jsonl");
-    let f = File::open(&path).map_err(|e| {
+    let bytes = fs::read(&path).map_err(|e| {
         anyhow::Error::from(Hinted::new(
             format!("cannot read {}: {e}", path.display()),
             "give the directory `bmoe-bench sweep` wrote (default results/<name>)",
         ))
     })?;
+    let text = String::from_utf8_lossy(&bytes);
+    let unterminated = !text.is_empty() && !text.ends_with('\n');
+    let lines: Vec<&str> = text.split('\n').collect();
+    let n_lines = if text.ends_with('\n') {
+        lines.len() - 1
+    } else {
+        lines.len()
+    };
     let mut by_key: IndexMap<(String, String, String), RunRecord> = IndexMap::new();
-    for line in BufReader::new(f).lines() {
-        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
-        if let Ok(r) = serde_json::from_str::<RunRecord>(&line) {
-            by_key.shift_remove(&r.key());
-            by_key.insert(r.key(), r);
+    let mut skipped = Vec::new();
+    for (i, line) in lines.iter().take(n_lines).enumerate() {
+        if line.trim().is_empty() {
+            continue;
         }
+        match parse_record_line(line, unterminated && i + 1 == n_lines) {
+            Ok(r) => {
+                by_key.shift_remove(&r.key());
+                by_key.insert(r.key(), r);
+            }
+            Err(why) => skipped.push(format!("{}:{}: {why}", path.display(), i + 1)),
+        }
+    }
+    if by_key.is_empty() && !skipped.is_empty() {
+        return Err(Hinted::new(
+            format!(
+                "{} has no valid run record: {} line(s) skipped, the first {}",
+                path.display(),
+                skipped.len(),
+                skipped[0]
+            ),
+            "is this a bmoe-bench results directory? results.jsonl holds one JSON record per run, appended by `bmoe-bench sweep`",
+        )
+        .into());
     }
     let mut v: Vec<RunRecord> = by_key.into_values().collect();
     v.sort_by_key(|r| r.position);
-    Ok(v)
+    Ok((v, skipped))
 }
 
 #[cfg(test)]

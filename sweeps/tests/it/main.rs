@@ -6,6 +6,7 @@
 //! the sweep tests share (`sweep_common`).
 
 mod model_cli;
+mod report_export;
 mod report_partial;
 mod report_stats;
 mod run_cli;
