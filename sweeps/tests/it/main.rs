@@ -5,6 +5,7 @@
 //! errors (`sweep_engine`), with progress bars in a real terminal (`sweep_tty`), and the helpers
 //! the sweep tests share (`sweep_common`).
 
+mod hostile;
 mod model_cli;
 mod report_export;
 mod report_partial;
