@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod device;
 pub mod engine_flags;
 pub mod expand;
+pub mod lock;
 pub mod manifest;
 pub mod progress;
 pub mod results;
@@ -179,6 +180,10 @@ pub fn run(args: &SweepArgs) -> Result<()> {
     let total = args.manifests.len();
     for (i, (path, out)) in loaded.into_iter().enumerate() {
         let Some(out) = out else { continue };
+        if stopped() {
+            failed.push(format!("{} (not started: interrupted)", path.display()));
+            continue;
+        }
         eprintln!("==> [{}/{total}] {}", i + 1, path.display());
         if let Err(err) = run_one(args, path, Some(out)) {
             report_failure(Some(path), &err, &mut failed, path);
@@ -394,6 +399,38 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
     Ok(())
 }
 
+/// The flag SIGINT, SIGTERM and SIGHUP set (registered once per process): the runner then
+/// forwards SIGINT to the running engines' process groups, records nothing of the runs cut
+/// short and starts no other. A second signal ends bmoe-bench at once (exit 130); the engines
+/// it leaves keep the results directory locked until they end (see [`lock`]).
+///
+/// # Errors
+/// The handlers cannot be installed.
+fn stop_flag() -> Result<std::sync::Arc<AtomicBool>> {
+    use std::sync::{Arc, OnceLock};
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    if let Some(f) = FLAG.get() {
+        return Ok(Arc::clone(f));
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag))
+            .context("cannot install the signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .context("cannot install the signal handlers")?;
+    }
+    Ok(Arc::clone(FLAG.get_or_init(|| flag)))
+}
+
+/// Whether a signal asked the sweep to stop (later manifests are not started).
+fn stopped() -> bool {
+    stop_flag().is_ok_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// Runs an expanded manifest (`text` is what the results directory keeps) into `opts.out` and
 /// prints the summary on stderr.
 ///
@@ -401,7 +438,7 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
 /// Setup and I/O errors; also when runs failed (after all ran).
 pub fn execute(plan: &expand::Plan, text: &str, opts: &runner::RunOptions) -> Result<()> {
     let out = &opts.out;
-    let stop = AtomicBool::new(false);
+    let stop = stop_flag()?;
     let t0 = Instant::now();
     let outcome = runner::run(plan, text, opts, &stop).context("sweep failed")?;
     let ok = outcome.by_status.get("ok").copied().unwrap_or(0);
@@ -431,6 +468,19 @@ pub fn execute(plan: &expand::Plan, text: &str, opts: &runner::RunOptions) -> Re
         },
         out.display()
     );
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Hinted::new(
+            format!(
+                "interrupted by a signal: {} run(s) in flight stopped and not recorded",
+                outcome.interrupted
+            ),
+            format!(
+                "`bmoe-bench sweep MANIFEST -o {} --resume` runs what is missing",
+                out.display()
+            ),
+        )
+        .into());
+    }
     for d in &outcome.lost_devices {
         eprintln!(
             "warning: device `{d}` dropped out; its remaining runs are marked device-lost (rerun with --resume)"

@@ -5,6 +5,7 @@
 //! <out>/manifest.sha256      its digest (a changed manifest is refused unless --force)
 //! <out>/plan.json            every cell's resolved command
 //! <out>/results.jsonl        one line per run, appended as each run ends
+//! <out>/.bmoe-bench.lock     flock'd while the sweep or an engine it started lives (lock.rs)
 //! <out>/<sweep>/<cell>/<rep>/{metrics.csv,stdout.txt,stderr.txt,argv.json,state.json,run.json}
 //! ```
 //!
@@ -240,6 +241,8 @@ fn hex(bytes: &[u8]) -> String {
 pub struct ResultsDir {
     /// The root.
     pub root: PathBuf,
+    /// Held while the sweep (or an engine it started) lives.
+    pub lock: super::lock::DirLock,
     jsonl: Mutex<File>,
     done: BTreeSet<(String, String, String)>,
 }
@@ -247,8 +250,9 @@ pub struct ResultsDir {
 impl ResultsDir {
     /// Opens (or creates) `root` for the manifest `text`.
     ///
-    /// Refuses a directory holding results unless `resume`, and one started from a different
-    /// manifest unless `force`. On resume: removes half-written run directories and re-appends
+    /// Refuses a directory another sweep, or an engine a killed sweep left running, still holds
+    /// (see [`super::lock`]), a directory holding results unless `resume`, and one started
+    /// from a different manifest unless `force`. On resume: removes half-written run directories and re-appends
     /// `results.jsonl` lines lost between a run's rename and its log append.
     ///
     /// # Errors
@@ -260,6 +264,8 @@ impl ResultsDir {
             .canonicalize()
             .with_context(|| format!("cannot resolve {}", root.display()))?;
         let root = root_abs.as_path();
+        // Before anything is read or removed: a live orphan writes into its .tmp directory.
+        let lock = super::lock::DirLock::acquire(root)?;
         let digest = sha256_bytes(text.as_bytes());
         let digest_path = root.join("manifest.sha256");
         let jsonl_path = root.join("results.jsonl");
@@ -354,6 +360,7 @@ impl ResultsDir {
             .open(&jsonl_path)
             .with_context(|| format!("cannot open {}", jsonl_path.display()))?;
         Ok(ResultsDir {
+            lock,
             root: root.to_path_buf(),
             jsonl: Mutex::new(jsonl),
             done,
@@ -613,6 +620,10 @@ mod tests {
         );
         let log = fs::read_to_string(root.join("results.jsonl")).expect("log");
         assert_eq!(log.lines().count(), 2, "torn line dropped: {log}");
+        // One sweep per directory: a second open while the first lives is refused.
+        let e = ResultsDir::open(&root, "a", true, false).expect_err("locked");
+        assert!(e.to_string().contains("is in use"), "{e}");
+        drop(rd);
         assert!(
             ResultsDir::open(&root, "b", true, true).is_ok(),
             "--force accepts a changed manifest"

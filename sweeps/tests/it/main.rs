@@ -14,5 +14,6 @@ mod run_cli;
 mod sweep_common;
 mod sweep_engine;
 mod sweep_local;
+mod sweep_orphan;
 mod sweep_ssh;
 mod sweep_tty;
