@@ -586,6 +586,21 @@ fn other_hint(message: &str, at: Option<usize>, text: &str) -> String {
             "`{k}` takes {what}: write e.g. {example}; docs/sweeps.md lists every key and its type"
         );
     }
+    if let Some(expected) = message
+        .strip_prefix("invalid value: ")
+        .and_then(|m| m.split_once(", expected "))
+        .map(|(_, e)| e.trim())
+    {
+        let k = key.as_deref().unwrap_or("key");
+        let range = match expected {
+            "u8" => "a whole number from 0 to 255",
+            "u16" => "a whole number from 0 to 65535",
+            "u32" => "a whole number from 0 to 4294967295",
+            "u64" | "usize" => "a whole number of 0 or more",
+            _ => "a value of another range",
+        };
+        return format!("`{k}` takes {range}; docs/sweeps.md lists every key and its type");
+    }
     if message.starts_with("unknown variant") {
         return "use one of the values listed above; docs/sweeps.md describes each".to_string();
     }

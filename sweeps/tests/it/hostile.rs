@@ -207,7 +207,118 @@ fn manifest_cases() -> Vec<Case> {
         edit(1, Some(r#"name = """#), &[]),
         refused(&[1], "name"),
     ));
+    v.push(check_case(
+        "[analysis] baseline naming no cell",
+        appended(&["[analysis]", r#"baseline = "nope""#]),
+        refused(&[11, 12], "nope"),
+    ));
+    v.push(check_case(
+        "binary axis mapping to a missing binary",
+        edit(
+            6,
+            Some("[axes.build]\nkind = \"binary\"\nmap = { a = \"./gone-cli\" }\n[axes.cache]"),
+            &[r#"cells = [{ cell = "x", build = "a" }]"#],
+        ),
+        refused(&[6], "gone-cli"),
+    ));
     // Already refused before this suite: kept so a regression shows.
+    for (what, with, lines, text) in [
+        (
+            "ssh device without host",
+            "[[device]]\nid = \"d\"\nkind = \"ssh\"\n[[model]]",
+            &[3usize][..],
+            "host",
+        ),
+        (
+            "device port 70000",
+            "[[device]]\nid = \"d\"\nkind = \"ssh\"\nhost = \"h\"\nport = 70000\n[[model]]",
+            &[7][..],
+            "port",
+        ),
+        (
+            "device kind telnet",
+            "[[device]]\nid = \"d\"\nkind = \"telnet\"\n[[model]]",
+            &[5][..],
+            "telnet",
+        ),
+    ] {
+        v.push(check_case(
+            what,
+            edit(3, Some(with), &[]),
+            refused(lines, text),
+        ));
+    }
+    for (what, with, text) in [
+        ("unknown preset", r#"preset = "nope""#, "nope"),
+        ("model flags not a list", r#"flags = "x""#, "flags"),
+    ] {
+        v.push(check_case(
+            what,
+            edit(5, Some(with), &[]),
+            refused(&[3, 4, 5], text),
+        ));
+    }
+    v.push(check_case(
+        "model with path and preset",
+        edit(5, Some("path = \"m.gguf\"\npreset = \"tiny\""), &[]),
+        refused(&[3, 4, 5], "exactly one"),
+    ));
+    v.push(check_case(
+        "axis that renders nothing",
+        edit(7, Some("kind = \"flag\""), &[]),
+        refused(&[6, 7], "cache"),
+    ));
+    for (what, line, text) in [
+        ("empty device list", "devices = []", "device"),
+        ("undeclared model", r#"models = ["nope"]"#, "nope"),
+        (
+            "link with an unknown axis",
+            r#"link = [["cache", "nope"]]"#,
+            "nope",
+        ),
+        ("tag with an unknown placeholder", r#"tag = "{zzz}""#, "zzz"),
+        (
+            "explicit order without sequence",
+            r#"order = { mode = "explicit" }"#,
+            "sequence",
+        ),
+        (
+            "explicit order naming no cell",
+            r#"order = { mode = "explicit", sequence = ["nope"] }"#,
+            "nope",
+        ),
+        (
+            "order mode sideways",
+            r#"order = { mode = "sideways" }"#,
+            "sideways",
+        ),
+        ("cell name not a string", "cells = [{ cell = 3 }]", "cell"),
+        (
+            "per_model of an unknown model",
+            "per_model = { nope = { cache = [1] } }",
+            "nope",
+        ),
+        (
+            "empty session prompts",
+            "session = { prompts = [] }",
+            "prompts",
+        ),
+        (
+            "missing session prompts file",
+            r#"session = { prompts = "nope.txt" }"#,
+            "nope.txt",
+        ),
+        ("mem_limit = 0", r#"mem_limit = "0""#, "mem_limit"),
+        ("repetitions = -1", "repetitions = -1", "repetitions"),
+        ("n_predict too big", "n_predict = 99999999999", "n_predict"),
+        ("unknown key", "repetitons = 3", "repetitons"),
+    ] {
+        v.push(check_case(
+            what,
+            appended(&[line]),
+            refused(&[8, 9, 10, 11], text),
+        ));
+    }
     v.push(check_case(
         "repetitions = 0",
         appended(&["repetitions = 0"]),

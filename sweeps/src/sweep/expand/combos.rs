@@ -185,7 +185,13 @@ fn explicit_cell(cx: &Ctx<'_>, c: &Spanned<toml::Table>) -> Res<ExplicitCell> {
         match k.as_str() {
             "cell" => match v {
                 toml::Value::String(s) => cell_name = Some(s.clone()),
-                _ => return Err(cx.err(c.span(), "`cell` must be a string (the cell's name)")),
+                _ => {
+                    return Err(cx.err_hint(
+                        c.span(),
+                        "`cell` must be a string (the cell's name)",
+                        "write e.g. { cell = \"base\" }",
+                    ));
+                }
             },
             "flags" => match v {
                 toml::Value::Array(a) if a.iter().all(|x| x.is_str()) => {
@@ -194,7 +200,13 @@ fn explicit_cell(cx: &Ctx<'_>, c: &Spanned<toml::Table>) -> Res<ExplicitCell> {
                         .filter_map(|x| x.as_str().map(str::to_string))
                         .collect();
                 }
-                _ => return Err(cx.err(c.span(), "`flags` must be an array of strings")),
+                _ => {
+                    return Err(cx.err_hint(
+                        c.span(),
+                        "`flags` must be an array of strings",
+                        "write e.g. flags = [\"-c\", \"4096\"]",
+                    ));
+                }
             },
             _ => {
                 if render_value(v).is_none() {

@@ -330,6 +330,16 @@ pub fn expand_limited(m: &Manifest, src: &Source, max_runs: u64) -> Res<Plan> {
         order_runs(&cx, sw.get_ref(), first, &cells, &mut runs)?;
     }
 
+    if let (Some(a), Some(b)) = (&m.analysis, &m.analysis().baseline)
+        && !cells.iter().any(|c| &c.tag == b)
+    {
+        let tags: Vec<&str> = cells.iter().map(|c| c.tag.as_str()).take(20).collect();
+        return Err(cx.err_hint(
+            a.span(),
+            format!("[analysis] baseline `{b}` is not a cell of this manifest"),
+            format!("name a cell tag: {}", tags.join(", ")),
+        ));
+    }
     Ok(Plan {
         name: m.name.get_ref().clone(),
         dir_name,

@@ -201,9 +201,10 @@ fn session_input(cx: &Ctx<'_>, sd: &SessionDef, n_predict: Option<&Spanned<u32>>
         Prompts::File(file) => {
             let p = cx.src.path.parent().unwrap_or(Path::new(".")).join(file);
             let text = std::fs::read_to_string(&p).map_err(|e| {
-                cx.err(
+                cx.err_hint(
                     span.clone(),
                     format!("cannot read session prompts {}: {e}", p.display()),
+                    "the path is relative to the manifest's directory; or give the turns inline: prompts = [\"first\", \"second\"]",
                 )
             })?;
             if p.extension().is_some_and(|e| e == "jsonl") {
