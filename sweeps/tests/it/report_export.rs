@@ -97,6 +97,7 @@ fn exports_warnings_and_rejections_on_known_numbers() {
             json_out.to_str().expect("utf8"),
             "--export-markdown",
             md_out.to_str().expect("utf8"),
+            "--findings",
         ],
     );
     assert!(ok, "{err}");
@@ -148,6 +149,15 @@ fn exports_warnings_and_rejections_on_known_numbers() {
     assert!(b["ci"].is_array() || b["ci_note"].is_string(), "{b}");
     assert_eq!(e["skipped"].as_array().map(Vec::len), Some(4), "{e}");
 
+    let f = std::fs::read_to_string(root.join("findings.md")).expect("findings");
+    assert!(
+        f.contains(&format!("- **Skipped input:** {jsonl}:13: torn last line")),
+        "{f}"
+    );
+    assert!(
+        f.contains("- **Warning:** sweep `s` · `a`: outlier run(s) r3"),
+        "{f}"
+    );
     let m = std::fs::read_to_string(&md_out).expect("md export");
     assert!(
         m.starts_with("| sweep | cell | n | mean ± sd [tok/s] | 95% CI [tok/s] | median [tok/s] | min [tok/s] | max [tok/s] |"),
