@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// Engine binary [default: bmoe-cli, found as by `sweep`].
     #[arg(long)]
     pub binary: Option<String>,
+    /// Refuse lists that cross into more runs than this (warm-ups included), counted before
+    /// anything is expanded.
+    #[arg(long, value_name = "N", default_value_t = expand::DEFAULT_MAX_RUNS)]
+    pub max_runs: u64,
     /// Fixed engine flags for every run, after `--` (`-- --moe-stream --ignore-eos`).
     #[arg(last = true, value_name = "ENGINE FLAGS")]
     pub flags: Vec<String>,
@@ -223,18 +227,71 @@ pub fn manifest_text(args: &RunArgs, cwd: &Path) -> Result<String> {
     Ok(toml::to_string(&root)?)
 }
 
+/// Refuses lists that would run nothing (`-n 0`, `-r 0`) or cross into more than `--max-runs`
+/// runs, from the list lengths alone (before a manifest or a cell is built).
+fn check_lists(args: &RunArgs) -> Result<()> {
+    if args.n_gen.contains(&0) {
+        return Err(usage(
+            "-n 0 generates no token, so a run measures nothing".into(),
+            "give -n the tokens to generate, e.g. -n 128 (comma-separated for several: -n 64,128)",
+        ));
+    }
+    if args.repetitions == 0 {
+        return Err(usage(
+            "-r 0 runs nothing".into(),
+            "give -r the counted runs per cell, e.g. -r 5",
+        ));
+    }
+    let mut factors: Vec<(u128, String)> = vec![
+        (args.model.len() as u128, "-m".into()),
+        (args.n_gen.len() as u128, "-n".into()),
+    ];
+    if !args.threads.is_empty() {
+        factors.push((args.threads.len() as u128, "-t".into()));
+    }
+    for spec in &args.set {
+        let n = spec.split_once('=').map_or(1, |(_, l)| {
+            l.split(',').filter(|v| !v.trim().is_empty()).count()
+        });
+        let flag = spec.split_once('=').map_or(spec.as_str(), |(f, _)| f);
+        factors.push((n.max(1) as u128, format!("--set {flag}")));
+    }
+    let per_cell = u128::from(args.repetitions) + u128::from(args.warmup);
+    let runs = factors
+        .iter()
+        .fold(per_cell, |acc, (n, _)| acc.saturating_mul(*n));
+    if runs <= u128::from(args.max_runs) {
+        return Ok(());
+    }
+    let product: Vec<String> = factors.iter().map(|(n, f)| format!("{n} {f}")).collect();
+    Err(usage(
+        format!(
+            "the lists cross into {runs} runs = {} × ({} (-r) + {} (-w)), above the limit of {}",
+            product.join(" × "),
+            args.repetitions,
+            args.warmup,
+            args.max_runs
+        ),
+        &format!(
+            "give fewer values or a smaller -r, or raise the limit with --max-runs {} if you mean it",
+            runs.min(u128::from(u64::MAX))
+        ),
+    ))
+}
+
 /// Runs `bmoe-bench run`: the product as a sweep, then its report on stdout (also when some
 /// runs failed: they are listed under the table).
 ///
 /// # Errors
 /// Bad options, setup failures, and failed runs (after the report).
 pub fn run(args: &RunArgs) -> Result<()> {
+    check_lists(args)?;
     let cwd = std::env::current_dir()?;
     let text = manifest_text(args, &cwd)?;
     // Relative paths in the manifest resolve against its directory: the current one.
     let path = cwd.join("bmoe-bench-run.toml");
     let (m, src) = manifest::parse(&path, &text)?;
-    let plan = expand::expand(&m, &src)?;
+    let plan = expand::expand_limited(&m, &src, args.max_runs)?;
     // A misspelt flag fails here, not in every run.
     sweep::check_engine_flags(Path::new("bmoe-bench run"), &plan)?;
     let out = args.out.clone().unwrap_or_else(|| {

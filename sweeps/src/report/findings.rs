@@ -171,6 +171,14 @@ pub fn skeleton(r: &Report) -> String {
         );
         any = true;
     }
+    for k in &r.skipped {
+        let _ = writeln!(s, "- **Skipped input:** {k}.");
+        any = true;
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "- **Warning:** {w}.");
+        any = true;
+    }
     for (i, x) in r.records.iter().enumerate() {
         if let Some(f) = r.run_stats[i].as_ref().and_then(|st| st.flag.clone()) {
             let _ = writeln!(

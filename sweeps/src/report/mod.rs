@@ -5,10 +5,12 @@
 //! Warm-ups, failed runs and runs whose preamble says they are not benchmark runs (traced,
 //! probed, stochastic, speculative) are listed but never averaged.
 
+mod export;
 mod findings;
 mod plot;
 mod render;
 pub mod stats;
+pub mod warnings;
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +20,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 
 use crate::sweep::Hinted;
-use crate::sweep::results::{RunRecord, read_records};
+use crate::sweep::results::{RunRecord, read_records_noting};
 use crate::sweep::session::TurnRecord;
 use stats::{Boot, CellStats, Ratio, RunFigures};
 
@@ -62,6 +64,13 @@ pub struct ReportArgs {
     /// Bootstrap resamples (default: the manifest's [analysis], else 2000).
     #[arg(long)]
     pub resamples: Option<usize>,
+    /// Also write the cell table (mean, sd, CI, median, min, max, n, samples) as JSON to FILE
+    /// (schema in docs/sweeps.md).
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+    /// Also write the cell table as a Markdown table to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
 }
 
 /// One cell's row in the report.
@@ -292,6 +301,13 @@ pub struct Report {
     pub trim: Option<usize>,
     /// What the plan has that the results lack (`None`: complete, or no plan.json).
     pub incomplete: Option<Completeness>,
+    /// Input the report skipped, one line each: `results.jsonl:N: why` and runs rejected for
+    /// their metrics (`sweep/cell/rep: metrics.csv token row 3 (step 3): wall_ms = NaN ...`).
+    pub skipped: Vec<String>,
+    /// Warnings about the runs averaged: a loaded machine, outliers (see [`warnings`]).
+    pub warnings: Vec<String>,
+    /// The runs each cell's warnings name.
+    pub flags: IndexMap<warnings::Key, warnings::CellFlags>,
 }
 
 fn analysis_of(root: &Path) -> crate::sweep::manifest::AnalysisDef {
@@ -299,7 +315,7 @@ fn analysis_of(root: &Path) -> crate::sweep::manifest::AnalysisDef {
     std::fs::read_to_string(&path)
         .ok()
         .and_then(|t| crate::sweep::manifest::parse(&path, &t).ok())
-        .map(|(m, _)| m.analysis)
+        .map(|(m, _)| m.analysis())
         .unwrap_or_default()
 }
 
@@ -313,7 +329,19 @@ pub fn build(
     trim: Option<usize>,
     resamples: Option<usize>,
 ) -> Result<Report> {
-    let records = read_records(root)?;
+    let (records, mut skipped) = read_records_noting(root)?;
+    if let Some(r) = resamples
+        && r > crate::sweep::expand::MAX_RESAMPLES
+    {
+        return Err(Hinted::new(
+            format!(
+                "--resamples {r} is above the {} the report takes",
+                crate::sweep::expand::MAX_RESAMPLES
+            ),
+            "2000 (the default) is plenty for a 95 % interval; give e.g. --resamples 10000",
+        )
+        .into());
+    }
     if records.is_empty() {
         return Err(Hinted::new(
             format!("{} has no runs yet", root.display()),
@@ -328,13 +356,30 @@ pub fn build(
         seed: analysis.seed,
     };
     let baseline = baseline.or(analysis.baseline);
-    let run_stats: Vec<Option<RunFigures>> = par_map(&records, |r| {
+    let read: Vec<Option<Result<RunFigures, String>>> = par_map(&records, |r| {
         if r.status != "ok" {
             return None;
         }
         let t = trim.unwrap_or(r.discard_tokens as usize);
-        stats::run_stats(&root.join(&r.dir).join("metrics.csv"), t).ok()
+        Some(
+            stats::run_stats(&root.join(&r.dir).join("metrics.csv"), t)
+                .map_err(|e| format!("{e:#}")),
+        )
     });
+    let mut rejected: Vec<Option<String>> = vec![None; records.len()];
+    let run_stats: Vec<Option<RunFigures>> = read
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| match r {
+            Some(Ok(f)) => Some(f),
+            Some(Err(why)) => {
+                skipped.push(format!("run {}: rejected: {why}", records[i].dir));
+                rejected[i] = Some(why);
+                None
+            }
+            None => None,
+        })
+        .collect();
 
     // Cells in order of their first run.
     let mut cells: IndexMap<(String, String), Vec<usize>> = IndexMap::new();
@@ -362,7 +407,10 @@ pub fn build(
                 }
             } else {
                 match &run_stats[i] {
-                    None => excluded.push(format!("{name}: unreadable metrics.csv")),
+                    None => excluded.push(format!(
+                        "{name}: rejected: {}",
+                        rejected[i].as_deref().unwrap_or("unreadable metrics.csv")
+                    )),
                     Some(s) if s.decode.tokens() == 0 => {
                         excluded.push(format!("{name}: no tokens after the trim"))
                     }
@@ -452,8 +500,12 @@ pub fn build(
         }
     }
     let incomplete = completeness(root, &records);
+    let (warnings, flags) = warnings::warnings(&rows, &records, &run_stats);
     Ok(Report {
         incomplete,
+        skipped,
+        warnings,
+        flags,
         root: root.to_path_buf(),
         campaign: records[0].campaign.clone(),
         rows,
@@ -490,6 +542,12 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         args.resamples,
     )?;
     crate::sweep::emit(&render(&report, args.format)?)?;
+    for s in &report.skipped {
+        eprintln!("warning: skipped {s}");
+    }
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
     // The md text says so itself; csv and json keep their shape, so say it on stderr too.
     if let Some(c) = &report.incomplete {
         eprintln!(
@@ -501,6 +559,14 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             "hint: `bmoe-bench sweep MANIFEST -o {} --resume` runs what is missing",
             args.results.display()
         );
+    }
+    if let Some(path) = &args.export_json {
+        export::write(path, &export::json(&report)?)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.export_markdown {
+        export::write(path, &export::markdown(&report))?;
+        eprintln!("wrote {}", path.display());
     }
     if let Some(dir) = &args.plots {
         let files = plot::write_all(&report, dir, args.x.as_deref())?;

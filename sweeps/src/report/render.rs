@@ -127,6 +127,24 @@ pub fn markdown(report: &Report) -> String {
         }
         s.push('\n');
     }
+    if !report.skipped.is_empty() {
+        let _ = writeln!(
+            s,
+            "**Skipped input** ({} item(s), not in the tables):\n",
+            report.skipped.len()
+        );
+        for k in &report.skipped {
+            let _ = writeln!(s, "- {k}");
+        }
+        s.push('\n');
+    }
+    if !report.warnings.is_empty() {
+        let _ = writeln!(s, "**Warnings:**\n");
+        for w in &report.warnings {
+            let _ = writeln!(s, "- {w}");
+        }
+        s.push('\n');
+    }
     let base = report.baseline.as_deref();
     for ((sweep, model, device), rows) in groups(report) {
         let _ = writeln!(

@@ -50,6 +50,8 @@ pub struct RunFigures {
     pub flag: Option<String>,
     /// Engine version from the preamble.
     pub engine: Option<String>,
+    /// Compute threads from the preamble.
+    pub threads: Option<u64>,
     /// Session runs: the figures of each turn (by the CSV's `turn` value), when there are
     /// several.
     pub turns: Vec<TurnFigures>,
@@ -74,6 +76,20 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunFigures> {
     let mut rows = Vec::new();
     for row in r.by_ref() {
         rows.push(row.with_context(|| format!("malformed row in {}", csv.display()))?);
+    }
+    // A duration that is not one (NaN, inf, negative) would make the run's tok/s — and its
+    // cell's mean — a wrong number: the run is rejected, saying where.
+    for (i, row) in rows.iter().enumerate() {
+        if let Some(w) = row.wall_ms
+            && !(w.is_finite() && w >= 0.0)
+        {
+            anyhow::bail!(
+                "{}: token row {} (step {}): wall_ms = {w} is not a duration",
+                csv.display(),
+                i + 1,
+                row.step.map_or_else(|| "?".to_string(), |s| s.to_string())
+            );
+        }
     }
     let info = r.run_info().clone();
     let trailer_hit = r
@@ -116,6 +132,7 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunFigures> {
     }
     stats.flag = flag;
     stats.engine = info.engine.clone();
+    stats.threads = info.threads;
     Ok(stats)
 }
 
@@ -150,6 +167,7 @@ fn stats_of(rows: &[TokenRow], trim: usize, trailer_hit: Option<f64>) -> RunFigu
         mgmt_s_tok: per(|x| x.mgmt_ms),
         flag: None,
         engine: None,
+        threads: None,
         turns: Vec::new(),
     }
 }

@@ -176,10 +176,7 @@ impl Device {
     /// The transport program could not be started (e.g. `ssh` missing).
     pub fn exec(&self, cmd: &str) -> std::io::Result<Output> {
         let argv = self.exec_argv(cmd);
-        Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .output()
+        super::lock::output(Command::new(&argv[0]).args(&argv[1..]).stdin(Stdio::null()))
     }
 
     /// Runs `cmd`; `Err` with its stderr unless it exits 0.
@@ -251,10 +248,7 @@ impl Device {
 }
 
 fn run_argv(argv: &[String]) -> Result<(), String> {
-    let out = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .output()
+    let out = super::lock::output(Command::new(&argv[0]).args(&argv[1..]).stdin(Stdio::null()))
         .map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
     if out.status.success() {
         Ok(())

@@ -129,7 +129,17 @@ pub struct Manifest {
     pub sweeps: Vec<Spanned<SweepDef>>,
     /// Report settings.
     #[serde(default)]
-    pub analysis: AnalysisDef,
+    pub analysis: Option<Spanned<AnalysisDef>>,
+}
+
+impl Manifest {
+    /// The `[analysis]` settings (defaults when the table is absent).
+    pub fn analysis(&self) -> AnalysisDef {
+        self.analysis
+            .as_ref()
+            .map(|a| a.get_ref().clone())
+            .unwrap_or_default()
+    }
 }
 
 /// Where a device is and how to reach it.
@@ -350,7 +360,7 @@ pub struct SessionDef {
     /// are one conversation).
     pub clear_kv: Option<bool>,
     /// `n_predict` for generated requests.
-    pub n_predict: Option<u32>,
+    pub n_predict: Option<Spanned<u32>>,
 }
 
 /// `prompts = ...` of a session: inline turns or a file.
@@ -438,7 +448,7 @@ run_settings! {
     }
     settings {
         /// `-n`.
-        n_predict: u32,
+        n_predict: Spanned<u32>,
         /// `-p`.
         prompt: String,
         /// Read the prompt from this file (relative to the manifest).
@@ -448,13 +458,13 @@ run_settings! {
         /// Counted runs per cell.
         repetitions: u32,
         /// Per-run timeout, seconds.
-        timeout_s: f64,
+        timeout_s: Spanned<f64>,
         /// Memory cap, e.g. `"8GiB"`: the run goes into a memory cgroup.
         mem_limit: Spanned<String>,
         /// Warm-up settings.
         warmup: WarmupDef,
         /// Cooldown before every run.
-        cooldown: CooldownDef,
+        cooldown: Spanned<CooldownDef>,
         /// Run order.
         order: OrderDef,
         /// Session mode.
@@ -575,6 +585,21 @@ fn other_hint(message: &str, at: Option<usize>, text: &str) -> String {
         return format!(
             "`{k}` takes {what}: write e.g. {example}; docs/sweeps.md lists every key and its type"
         );
+    }
+    if let Some(expected) = message
+        .strip_prefix("invalid value: ")
+        .and_then(|m| m.split_once(", expected "))
+        .map(|(_, e)| e.trim())
+    {
+        let k = key.as_deref().unwrap_or("key");
+        let range = match expected {
+            "u8" => "a whole number from 0 to 255",
+            "u16" => "a whole number from 0 to 65535",
+            "u32" => "a whole number from 0 to 4294967295",
+            "u64" | "usize" => "a whole number of 0 or more",
+            _ => "a value of another range",
+        };
+        return format!("`{k}` takes {range}; docs/sweeps.md lists every key and its type");
     }
     if message.starts_with("unknown variant") {
         return "use one of the values listed above; docs/sweeps.md describes each".to_string();

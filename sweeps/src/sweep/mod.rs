@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod device;
 pub mod engine_flags;
 pub mod expand;
+pub mod lock;
 pub mod manifest;
 pub mod progress;
 pub mod results;
@@ -86,6 +87,10 @@ pub struct SweepArgs {
     /// Print every run's command in order (stdout) and run nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Refuse manifests that expand to more runs than this (warm-ups included), counted before
+    /// anything is expanded.
+    #[arg(long, value_name = "N", default_value_t = expand::DEFAULT_MAX_RUNS)]
+    pub max_runs: u64,
 }
 
 /// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
@@ -101,11 +106,11 @@ pub fn emit(text: &str) -> Result<()> {
     }
 }
 
-/// Loads and expands a manifest.
+/// Loads and expands a manifest (refusing more than `max_runs` runs).
 ///
 /// # Errors
 /// I/O errors and [`manifest::ManifestError`]s (with line and column).
-pub fn load(path: &std::path::Path) -> Result<(expand::Plan, String)> {
+pub fn load(path: &std::path::Path, max_runs: u64) -> Result<(expand::Plan, String)> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         anyhow::Error::from(Hinted::new(
             format!("cannot read manifest {}: {e}", path.display()),
@@ -113,7 +118,15 @@ pub fn load(path: &std::path::Path) -> Result<(expand::Plan, String)> {
         ))
     })?;
     let (m, src) = manifest::parse(path, &text)?;
-    let plan = expand::expand(&m, &src)?;
+    let plan = expand::expand_limited(&m, &src, max_runs)?;
+    if plan.dir_name != plan.name {
+        eprintln!(
+            "note: {}: campaign name `{}` is not a directory name: its default results directory is results/{}",
+            path.display(),
+            plan.name,
+            plan.dir_name
+        );
+    }
     Ok((plan, text))
 }
 
@@ -134,13 +147,13 @@ pub fn run(args: &SweepArgs) -> Result<()> {
     let mut failed: Vec<String> = Vec::new();
     let mut seen: std::collections::BTreeMap<PathBuf, &std::path::Path> = Default::default();
     for path in &args.manifests {
-        match load(path) {
+        match load(path, args.max_runs) {
             Ok((plan, _)) => {
                 let out = args
                     .out
                     .clone()
                     .unwrap_or_else(|| PathBuf::from("results"))
-                    .join(&plan.name);
+                    .join(&plan.dir_name);
                 if let Some(first) = seen.get(&out) {
                     return Err(Hinted::new(
                         format!(
@@ -167,6 +180,10 @@ pub fn run(args: &SweepArgs) -> Result<()> {
     let total = args.manifests.len();
     for (i, (path, out)) in loaded.into_iter().enumerate() {
         let Some(out) = out else { continue };
+        if stopped() {
+            failed.push(format!("{} (not started: interrupted)", path.display()));
+            continue;
+        }
         eprintln!("==> [{}/{total}] {}", i + 1, path.display());
         if let Err(err) = run_one(args, path, Some(out)) {
             report_failure(Some(path), &err, &mut failed, path);
@@ -285,12 +302,57 @@ pub fn check_engine_flags(manifest: &std::path::Path, plan: &expand::Plan) -> Re
     .into())
 }
 
+/// Every engine binary and model file the plan runs is there (a remote device's are copied
+/// from here too), each missing one named with the manifest line that chose it: `--check`
+/// answers "would this run?", and the run itself would stop at the first.
+///
+/// # Errors
+/// The first binary that cannot be found, else the first model file that does not exist.
+pub fn check_files(manifest: &std::path::Path, plan: &expand::Plan) -> Result<()> {
+    let at = |pos: Option<(usize, usize)>| match pos {
+        Some((l, c)) => format!("{}:{l}:{c}", manifest.display()),
+        None => manifest.display().to_string(),
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for c in &plan.cells {
+        if !seen.insert(c.binary.clone()) {
+            continue;
+        }
+        if let Err(e) = runner::resolve_binary(&c.binary) {
+            let hint = hint_for(&e).unwrap_or_default();
+            let whose = if c.binary_origin.is_none() {
+                " (the default: the manifest sets no `binary`)"
+            } else {
+                ""
+            };
+            return Err(Hinted::new(format!("{}: {e:#}{whose}", at(c.binary_origin)), hint).into());
+        }
+    }
+    for (id, src) in &plan.models {
+        if let expand::ModelSource::File(p) = src
+            && !p.is_file()
+        {
+            return Err(Hinted::new(
+                format!(
+                    "{}: model `{id}`: file {} does not exist",
+                    at(plan.model_origins.get(id).copied()),
+                    p.display()
+                ),
+                "fix `path` (relative paths resolve against the manifest's directory), or use preset = \"tiny\" for a synthetic model",
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Runs one manifest into `out` [default: results/<name>].
 ///
 /// # Errors
 /// Manifest, setup and I/O errors; also when runs failed (after all ran).
 fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -> Result<()> {
-    let (plan, text) = load(manifest)?;
+    let (plan, text) = load(manifest, args.max_runs)?;
+    check_files(manifest, &plan)?;
     if args.check || args.dry_run {
         check_engine_flags(manifest, &plan)?;
         let warm = plan.runs.iter().filter(|r| r.warmup).count();
@@ -326,7 +388,7 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
         }
         return emit(&out);
     }
-    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.dir_name));
     let opts = runner::RunOptions {
         out: out.clone(),
         resume: args.resume,
@@ -337,6 +399,38 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
     Ok(())
 }
 
+/// The flag SIGINT, SIGTERM and SIGHUP set (registered once per process): the runner then
+/// forwards SIGINT to the running engines' process groups, records nothing of the runs cut
+/// short and starts no other. A second signal ends bmoe-bench at once (exit 130); the engines
+/// it leaves keep the results directory locked until they end (see [`lock`]).
+///
+/// # Errors
+/// The handlers cannot be installed.
+fn stop_flag() -> Result<std::sync::Arc<AtomicBool>> {
+    use std::sync::{Arc, OnceLock};
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    if let Some(f) = FLAG.get() {
+        return Ok(Arc::clone(f));
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag))
+            .context("cannot install the signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .context("cannot install the signal handlers")?;
+    }
+    Ok(Arc::clone(FLAG.get_or_init(|| flag)))
+}
+
+/// Whether a signal asked the sweep to stop (later manifests are not started).
+fn stopped() -> bool {
+    stop_flag().is_ok_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// Runs an expanded manifest (`text` is what the results directory keeps) into `opts.out` and
 /// prints the summary on stderr.
 ///
@@ -344,7 +438,7 @@ fn run_one(args: &SweepArgs, manifest: &std::path::Path, out: Option<PathBuf>) -
 /// Setup and I/O errors; also when runs failed (after all ran).
 pub fn execute(plan: &expand::Plan, text: &str, opts: &runner::RunOptions) -> Result<()> {
     let out = &opts.out;
-    let stop = AtomicBool::new(false);
+    let stop = stop_flag()?;
     let t0 = Instant::now();
     let outcome = runner::run(plan, text, opts, &stop).context("sweep failed")?;
     let ok = outcome.by_status.get("ok").copied().unwrap_or(0);
@@ -374,6 +468,19 @@ pub fn execute(plan: &expand::Plan, text: &str, opts: &runner::RunOptions) -> Re
         },
         out.display()
     );
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Hinted::new(
+            format!(
+                "interrupted by a signal: {} run(s) in flight stopped and not recorded",
+                outcome.interrupted
+            ),
+            format!(
+                "`bmoe-bench sweep MANIFEST -o {} --resume` runs what is missing",
+                out.display()
+            ),
+        )
+        .into());
+    }
     for d in &outcome.lost_devices {
         eprintln!(
             "warning: device `{d}` dropped out; its remaining runs are marked device-lost (rerun with --resume)"

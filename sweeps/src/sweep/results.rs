@@ -5,6 +5,7 @@
 //! <out>/manifest.sha256      its digest (a changed manifest is refused unless --force)
 //! <out>/plan.json            every cell's resolved command
 //! <out>/results.jsonl        one line per run, appended as each run ends
+//! <out>/.bmoe-bench.lock     flock'd while the sweep or an engine it started lives (lock.rs)
 //! <out>/<sweep>/<cell>/<rep>/{metrics.csv,stdout.txt,stderr.txt,argv.json,state.json,run.json}
 //! ```
 //!
@@ -240,6 +241,8 @@ fn hex(bytes: &[u8]) -> String {
 pub struct ResultsDir {
     /// The root.
     pub root: PathBuf,
+    /// Held while the sweep (or an engine it started) lives.
+    pub lock: super::lock::DirLock,
     jsonl: Mutex<File>,
     done: BTreeSet<(String, String, String)>,
 }
@@ -247,8 +250,9 @@ pub struct ResultsDir {
 impl ResultsDir {
     /// Opens (or creates) `root` for the manifest `text`.
     ///
-    /// Refuses a directory holding results unless `resume`, and one started from a different
-    /// manifest unless `force`. On resume: removes half-written run directories and re-appends
+    /// Refuses a directory another sweep, or an engine a killed sweep left running, still holds
+    /// (see [`super::lock`]), a directory holding results unless `resume`, and one started
+    /// from a different manifest unless `force`. On resume: removes half-written run directories and re-appends
     /// `results.jsonl` lines lost between a run's rename and its log append.
     ///
     /// # Errors
@@ -260,6 +264,8 @@ impl ResultsDir {
             .canonicalize()
             .with_context(|| format!("cannot resolve {}", root.display()))?;
         let root = root_abs.as_path();
+        // Before anything is read or removed: a live orphan writes into its .tmp directory.
+        let lock = super::lock::DirLock::acquire(root)?;
         let digest = sha256_bytes(text.as_bytes());
         let digest_path = root.join("manifest.sha256");
         let jsonl_path = root.join("results.jsonl");
@@ -292,15 +298,24 @@ impl ResultsDir {
         let mut kept = String::new();
         let mut torn = false;
         if let Ok(f) = File::open(&jsonl_path) {
-            for line in BufReader::new(f).lines() {
+            for (no, line) in BufReader::new(f).split(b'\n').enumerate() {
                 let line = line.with_context(|| format!("cannot read {}", jsonl_path.display()))?;
+                let line = String::from_utf8_lossy(&line);
                 match serde_json::from_str::<RunRecord>(&line) {
                     Ok(r) => {
                         logged.insert(r.key());
                         kept.push_str(&line);
                         kept.push('\n');
                     }
-                    Err(_) => torn = true,
+                    Err(e) => {
+                        // The rewrite below drops it: say so rather than lose it silently.
+                        eprintln!(
+                            "warning: {}:{}: dropped from the log on resume: not a run record ({e})",
+                            jsonl_path.display(),
+                            no + 1
+                        );
+                        torn = true;
+                    }
                 }
             }
         }
@@ -345,6 +360,7 @@ impl ResultsDir {
             .open(&jsonl_path)
             .with_context(|| format!("cannot open {}", jsonl_path.display()))?;
         Ok(ResultsDir {
+            lock,
             root: root.to_path_buf(),
             jsonl: Mutex::new(jsonl),
             done,
@@ -439,26 +455,112 @@ fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Reads every record of a results directory: the last line per run wins.
 ///
 /// # Errors
-/// The directory has no `results.jsonl`.
+/// See [`read_records_noting`].
+#[cfg(test)]
 pub fn read_records(root: &Path) -> Result<Vec<RunRecord>> {
+    read_records_noting(root).map(|(r, _)| r)
+}
+
+/// Why line `text` of `results.jsonl` is not a usable run record, or the record. `last` = the
+/// file ends in this line without a newline (a torn append).
+fn parse_record_line(text: &str, last_unterminated: bool) -> Result<RunRecord, String> {
+    let clip: String = text.chars().take(60).collect();
+    let clip = if clip.len() < text.len() {
+        format!("{clip}…")
+    } else {
+        clip
+    };
+    let value: serde_json::Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(_) if last_unterminated => {
+            return Err("torn last line (cut short without a newline: the sweep was killed while appending it?)".into());
+        }
+        Err(e) => return Err(format!("not JSON ({e}): {clip:?}")),
+    };
+    let key = |k: &str| {
+        value
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    };
+    if !(value.is_object() && key("sweep") && key("cell") && key("rep")) {
+        return Err(format!(
+            "not a run record (no `sweep`, `cell` and `rep`): {clip:?}"
+        ));
+    }
+    let rec: RunRecord =
+        serde_json::from_value(value).map_err(|e| format!("bad run record: {e}"))?;
+    if let Some(t) = rec.tok_s
+        && !(t.is_finite() && t >= 0.0)
+    {
+        return Err(format!("bad run record: tok_s = {t} is not a rate"));
+    }
+    let dir = Path::new(&rec.dir);
+    if dir.is_absolute()
+        || dir
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(format!(
+            "bad run record: dir {:?} is not a directory inside the results",
+            rec.dir
+        ));
+    }
+    Ok(rec)
+}
+
+/// Reads every record of a results directory (the last line per run wins) and says which
+/// lines it skipped: `results.jsonl:N: why` for a torn last line, a line that is not JSON,
+/// JSON that is not a run record, or a record with a field of the wrong type or a negative
+/// `tok_s`. Blank lines are skipped silently.
+///
+/// # Errors
+/// The directory has no `results.jsonl`, or one with lines but not one valid record.
+pub fn read_records_noting(root: &Path) -> Result<(Vec<RunRecord>, Vec<String>)> {
     let path = root.join("results.jsonl");
-    let f = File::open(&path).map_err(|e| {
+    let bytes = fs::read(&path).map_err(|e| {
         anyhow::Error::from(Hinted::new(
             format!("cannot read {}: {e}", path.display()),
             "give the directory `bmoe-bench sweep` wrote (default results/<name>)",
         ))
     })?;
+    let text = String::from_utf8_lossy(&bytes);
+    let unterminated = !text.is_empty() && !text.ends_with('\n');
+    let lines: Vec<&str> = text.split('\n').collect();
+    let n_lines = if text.ends_with('\n') {
+        lines.len() - 1
+    } else {
+        lines.len()
+    };
     let mut by_key: IndexMap<(String, String, String), RunRecord> = IndexMap::new();
-    for line in BufReader::new(f).lines() {
-        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
-        if let Ok(r) = serde_json::from_str::<RunRecord>(&line) {
-            by_key.shift_remove(&r.key());
-            by_key.insert(r.key(), r);
+    let mut skipped = Vec::new();
+    for (i, line) in lines.iter().take(n_lines).enumerate() {
+        if line.trim().is_empty() {
+            continue;
         }
+        match parse_record_line(line, unterminated && i + 1 == n_lines) {
+            Ok(r) => {
+                by_key.shift_remove(&r.key());
+                by_key.insert(r.key(), r);
+            }
+            Err(why) => skipped.push(format!("{}:{}: {why}", path.display(), i + 1)),
+        }
+    }
+    if by_key.is_empty() && !skipped.is_empty() {
+        return Err(Hinted::new(
+            format!(
+                "{} has no valid run record: {} line(s) skipped, the first {}",
+                path.display(),
+                skipped.len(),
+                skipped[0]
+            ),
+            "is this a bmoe-bench results directory? results.jsonl holds one JSON record per run, appended by `bmoe-bench sweep`",
+        )
+        .into());
     }
     let mut v: Vec<RunRecord> = by_key.into_values().collect();
     v.sort_by_key(|r| r.position);
-    Ok(v)
+    Ok((v, skipped))
 }
 
 #[cfg(test)]
@@ -518,6 +620,10 @@ mod tests {
         );
         let log = fs::read_to_string(root.join("results.jsonl")).expect("log");
         assert_eq!(log.lines().count(), 2, "torn line dropped: {log}");
+        // One sweep per directory: a second open while the first lives is refused.
+        let e = ResultsDir::open(&root, "a", true, false).expect_err("locked");
+        assert!(e.to_string().contains("is in use"), "{e}");
+        drop(rd);
         assert!(
             ResultsDir::open(&root, "b", true, true).is_ok(),
             "--force accepts a changed manifest"

@@ -9,8 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use std::os::unix::process::CommandExt as _;
+
 use anyhow::{Context, Result};
 use bmoe_telemetry::metrics::MetricsReader;
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
 
 use super::Hinted;
 use super::cgroup::{self, CgroupStats};
@@ -41,6 +45,8 @@ pub struct Outcome {
     pub resumed: usize,
     /// Devices that dropped out.
     pub lost_devices: Vec<String>,
+    /// Runs stopped by a signal (Ctrl-C, SIGTERM, SIGHUP) and not recorded.
+    pub interrupted: usize,
 }
 
 /// Resolves a binary: a path (must exist), or a bare name looked up in `$BMOE_CLI` (for the
@@ -253,6 +259,7 @@ pub fn run(
             *outcome.by_status.entry(k).or_default() += v;
         }
         outcome.resumed += d.resumed;
+        outcome.interrupted += d.interrupted;
         if let Some(lost) = d.lost {
             outcome.lost_devices.push(lost);
         }
@@ -262,6 +269,8 @@ pub fn run(
 
 #[derive(Default)]
 struct DeviceOutcome {
+    /// Runs cut short by a signal (not recorded).
+    interrupted: usize,
     by_status: BTreeMap<String, usize>,
     resumed: usize,
     lost: Option<String>,
@@ -375,6 +384,12 @@ fn run_device(sh: &Shared<'_>, di: usize, runs: &[(usize, &PlannedRun)]) -> Devi
             }
             Ok(None) => {
                 let _ = sh.results.log(&rec);
+            }
+            Err(_) if rec.status == "interrupted" => {
+                let tmp = sh.results.root.join(&cell.sweep).join(&cell.tag);
+                let _ = fs::remove_dir_all(tmp.join(format!(".{}.tmp", run.rep)));
+                out.interrupted += 1;
+                break;
             }
             Err(e) => {
                 rec.error = Some(e.clone());
@@ -491,7 +506,16 @@ fn execute(
     rec: &mut RunRecord,
     first: bool,
 ) -> Result<Option<PathBuf>, String> {
-    if !first && let Err(what) = cooldown(sh, dev, cell, rec) {
+    let cooled = if first {
+        Ok(())
+    } else {
+        cooldown(sh, dev, cell, rec)
+    };
+    if sh.stop.load(Ordering::Relaxed) {
+        rec.status = "interrupted".into();
+        return Err("interrupted by a signal".into());
+    }
+    if let Err(what) = cooled {
         rec.status = what.into();
         rec.error = Some(format!(
             "cooldown gate gave up after {:.0} s: {}",
@@ -555,7 +579,7 @@ fn execute(
         let d = format!(
             "{}/runs/{}/{}/{}/{}",
             dev.workdir(),
-            sh.plan.name,
+            sh.plan.dir_name,
             cell.sweep,
             cell.tag,
             run.rep
@@ -623,8 +647,8 @@ fn execute(
     rec.started_unix = now_unix();
     let started = Instant::now();
     let session = cell.stdin.is_some();
-    let mut child = Command::new(&argv[0])
-        .args(&argv[1..])
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .stdin(if session {
             Stdio::piped()
         } else {
@@ -638,8 +662,22 @@ fn execute(
             Stdio::from(stdout.try_clone().map_err(|e| e.to_string())?)
         })
         .stderr(stderr)
-        .spawn()
-        .map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
+        // A process group of its own: a timeout or Ctrl-C stops the engine and everything it
+        // started as one, and an orphan of a killed sweep can be stopped by one `kill -- -PGID`
+        // (the sweep forwards the terminal's SIGINT itself, see `wait`).
+        .process_group(0);
+    let mut child = {
+        let _g = super::lock::spawn_guard();
+        // The engine inherits the results lock: while it lives, even as an orphan of a killed
+        // sweep, no other sweep (or --resume) runs in this directory.
+        let _inherited = sh
+            .results
+            .lock
+            .inheritable()
+            .map_err(|e| format!("{e:#}"))?;
+        cmd.spawn()
+            .map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?
+    };
     let driver = match (&cell.stdin, child.stdin.take(), child.stdout.take()) {
         (Some(text), Some(stdin), Some(out)) => Some(session::drive(stdin, out, stdout, text)),
         _ => None,
@@ -649,7 +687,7 @@ fn execute(
     } else {
         tmp.join("metrics.csv")
     };
-    let (status, timed_out) = wait(
+    let (status, ended) = wait(
         sh,
         &mut child,
         cell.timeout_s,
@@ -657,7 +695,16 @@ fn execute(
         &live,
         !dev.is_remote(),
     );
+    let timed_out = ended == Ended::TimedOut;
     rec.duration_s = started.elapsed().as_secs_f64();
+    if ended == Ended::Stopped {
+        if let Some(d) = driver {
+            d.finish();
+        }
+        // Not recorded: the run was cut short by the user, so --resume runs it again.
+        rec.status = "interrupted".into();
+        return Err("interrupted by a signal".into());
+    }
     let t1 = Instant::now();
     if let Some(d) = driver {
         rec.turns = d.finish();
@@ -853,8 +900,7 @@ impl Tail {
 }
 
 /// SIGKILLs `pid`'s descendants (found through `/proc`), so a timed-out engine cannot leave
-/// helpers behind; the caller kills `pid` itself. (Not a process group: Ctrl-C must keep
-/// reaching the engine through the terminal's foreground group.)
+/// helpers behind even if they left its process group; the caller kills the group.
 fn kill_tree(pid: u32) {
     let mut family = vec![pid];
     loop {
@@ -877,15 +923,37 @@ fn kill_tree(pid: u32) {
         }
     }
     for p in family.iter().skip(1) {
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg(p.to_string())
-            .stderr(Stdio::null())
-            .status();
+        if let Ok(p) = i32::try_from(*p) {
+            let _ = signal::kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
     }
 }
 
-/// Waits for the child, enforcing the timeout and feeding the progress bar.
+/// Sends `sig` to the process group of the engine `child` leads.
+fn signal_group(child: &Child, sig: Signal) {
+    if let Ok(p) = i32::try_from(child.id()) {
+        let _ = signal::killpg(Pid::from_raw(p), sig);
+    }
+}
+
+/// How a run's engine ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// By itself.
+    Exited,
+    /// Killed at the per-run timeout.
+    TimedOut,
+    /// Stopped because the sweep was (SIGINT, SIGTERM, SIGHUP).
+    Stopped,
+}
+
+/// How long an engine gets to finish after the forwarded SIGINT (bmoe-cli ends the token in
+/// flight and writes its CSV trailer) before its group is killed.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Waits for the child, enforcing the timeout and feeding the progress bar. When the sweep is
+/// stopped, the engine's group gets the SIGINT the terminal would have sent it (it is not in
+/// the terminal's foreground group) and [`GRACE`] to exit, then SIGKILL.
 fn wait(
     sh: &Shared<'_>,
     child: &mut Child,
@@ -893,7 +961,7 @@ fn wait(
     dev: &str,
     live: &Path,
     csv: bool,
-) -> (Option<std::process::ExitStatus>, bool) {
+) -> (Option<std::process::ExitStatus>, Ended) {
     let start = Instant::now();
     let mut tail = Tail {
         path: live.to_path_buf(),
@@ -904,18 +972,37 @@ fn wait(
     };
     let mut nap = Duration::from_millis(1);
     let mut last_poll = Instant::now();
+    let mut stopping: Option<Instant> = None;
     loop {
         match child.try_wait() {
-            Ok(Some(st)) => return (Some(st), false),
+            Ok(Some(st)) => {
+                let how = if stopping.is_some() {
+                    Ended::Stopped
+                } else {
+                    Ended::Exited
+                };
+                return (Some(st), how);
+            }
             Ok(None) => {}
-            Err(_) => return (None, false),
+            Err(_) => return (None, Ended::Exited),
         }
         let elapsed = start.elapsed().as_secs_f64();
-        if timeout_s.is_some_and(|t| elapsed >= t) || sh.stop.load(Ordering::Relaxed) {
+        let timed_out = timeout_s.is_some_and(|t| elapsed >= t);
+        if stopping.is_none() && sh.stop.load(Ordering::Relaxed) && !timed_out {
+            signal_group(child, Signal::SIGINT);
+            stopping = Some(Instant::now());
+        }
+        if timed_out || stopping.is_some_and(|t| t.elapsed() >= GRACE) {
             kill_tree(child.id());
+            signal_group(child, Signal::SIGKILL);
             let _ = child.kill();
             let st = child.wait().ok();
-            return (st, timeout_s.is_some_and(|t| elapsed >= t));
+            let how = if stopping.is_some() {
+                Ended::Stopped
+            } else {
+                Ended::TimedOut
+            };
+            return (st, how);
         }
         if last_poll.elapsed() >= Duration::from_millis(250) {
             sh.progress.tokens(dev, tail.poll());

@@ -11,6 +11,7 @@ use super::manifest::UntilDef;
 /// The probe: prints `key: value` lines; unreadable sources are skipped.
 pub const PROBE: &str = r#"grep -E '^(MemTotal|MemAvailable|MemFree|SwapFree):' /proc/meminfo 2>/dev/null
 echo "loadavg: $(cat /proc/loadavg 2>/dev/null)"
+echo "ncpu: $(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)"
 for z in /sys/class/thermal/thermal_zone*; do
   if [ -r "$z/temp" ]; then echo "thermal: $(cat "$z/type" 2>/dev/null) $(cat "$z/temp" 2>/dev/null)"; fi
 done
@@ -33,6 +34,9 @@ pub struct DeviceState {
     pub swap_free_mib: Option<f64>,
     /// Load averages (1, 5, 15 min).
     pub load: Option<[f64; 3]>,
+    /// Online CPUs (the report judges the load against them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ncpu: Option<u32>,
     /// Hottest CPU-like thermal zone, °C (trip-point zones ignored).
     pub cpu_temp_c: Option<f64>,
     /// Battery temperature, °C.
@@ -106,6 +110,7 @@ impl DeviceState {
                     }
                 }
                 "scaling_max_freq" => s.scaling_max_freq_khz = rest.parse().ok(),
+                "ncpu" => s.ncpu = rest.parse().ok().filter(|n| *n > 0),
                 "battery_temp" => {
                     s.battery_temp_c = rest.parse::<f64>().ok().map(|d| d / 10.0);
                 }

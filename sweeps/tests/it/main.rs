@@ -5,12 +5,15 @@
 //! errors (`sweep_engine`), with progress bars in a real terminal (`sweep_tty`), and the helpers
 //! the sweep tests share (`sweep_common`).
 
+mod hostile;
 mod model_cli;
+mod report_export;
 mod report_partial;
 mod report_stats;
 mod run_cli;
 mod sweep_common;
 mod sweep_engine;
 mod sweep_local;
+mod sweep_orphan;
 mod sweep_ssh;
 mod sweep_tty;

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// The `bmoe-bench` binary under test.
 pub fn bench() -> Command {
@@ -100,9 +101,52 @@ pub fn records(results: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// (pid, process group) of every process whose command line writes a CSV under `res`.
+pub fn engines_in(res: &Path) -> Vec<(u32, u32)> {
+    let needle = res.display().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if !(cmd.contains("--csv") && cmd.contains(&needle)) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // A zombie waiting for its parent is not running anything.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.split_whitespace().collect())
+            .unwrap_or_default();
+        if fields.first() == Some(&"Z") {
+            continue;
+        }
+        if let Some(pgid) = fields.get(2).and_then(|v| v.parse().ok()) {
+            out.push((pid, pgid));
+        }
+    }
+    out
+}
+
+/// Waits up to `secs` for `f` to hold.
+pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
 /// Starts `bmoe-bench sweep MANIFEST -o res` in `dir` in the background, waits (up to 60 s)
 /// until `res/results.jsonl` holds at least `records_wanted` runs, then `extra` longer, and kills
-/// it with SIGKILL: a sweep interrupted for real, partway. Returns the results directory.
+/// it with SIGKILL: a sweep interrupted for real, partway. The engine run it leaves behind (an
+/// orphan that keeps the results directory locked) is waited for, up to 60 s. Returns the
+/// results directory.
 pub fn sweep_killed_after(
     dir: &Path,
     manifest: &str,
@@ -124,6 +168,11 @@ pub fn sweep_killed_after(
     std::thread::sleep(extra);
     child.kill().expect("SIGKILL");
     let _ = child.wait();
+    assert!(
+        wait_for(60, || engines_in(&res).is_empty()),
+        "the killed sweep's engine still runs after 60 s: {:?}",
+        engines_in(&res)
+    );
     res
 }
 

@@ -413,8 +413,17 @@ fn manifest_errors_name_the_line() {
         assert!(err.contains(msg), "case {i}: {err}");
         assert!(err.contains(hint), "case {i}: {err}");
     }
-    // And a good manifest checks clean.
+    // And a good manifest checks clean (its engine must exist: --check refuses a missing one).
     write(t.path(), "good.toml", GRID);
+    let o = run(t.path(), &["sweep", "good.toml", "--check"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("good.toml:3:10: engine binary ./fake-cli does not exist"),
+        "{}",
+        text(&o)
+    );
+    fake_engine(t.path(), 0.0);
     let o = run(t.path(), &["sweep", "good.toml", "--check"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(

@@ -162,9 +162,13 @@ pub(super) fn links(
                 || !sw.axes.contains_key(a)
                     && !sw.per_model.values().any(|p| p.get_ref().contains_key(a))
             {
-                return Err(cx.err(
+                return Err(cx.err_hint(
                     l.span(),
                     format!("link names axis `{a}`, which this sweep does not sweep"),
+                    format!(
+                        "link only axes listed in this sweep's `axes` (swept: {})",
+                        axis_order.join(", ")
+                    ),
                 ));
             }
             if link_of.insert(a.clone(), i).is_some() {

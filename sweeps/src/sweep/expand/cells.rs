@@ -36,18 +36,49 @@ pub(super) struct CellInputs<'a> {
     pub(super) env: BTreeMap<String, String>,
 }
 
-/// The cell of `combo`, or `None` when one of the sweep's excludes matches it. The caller fills
-/// in what is the same for every cell of the sweep (timeout, cooldown, stdin, trim).
+/// What the excludes of a sweep met: how many cells each removed, and every value each key
+/// had among the sweep's cells (for the error about an exclude that removes nothing).
+#[derive(Debug, Default)]
+pub(super) struct ExcludeTally {
+    /// Cells removed, per exclude (in `exclude` order).
+    pub(super) hits: Vec<usize>,
+    /// `model`, `device`, `cell` and every axis -> the values the cells had.
+    pub(super) seen: BTreeMap<String, std::collections::BTreeSet<String>>,
+}
+
+/// The cell of `combo`, or `None` when one of the sweep's excludes matches it (counted in
+/// `tally`). The caller fills in what is the same for every cell of the sweep (timeout,
+/// cooldown, stdin, trim).
 pub(super) fn build_cell(
     cx: &Ctx<'_>,
     sw: &SweepDef,
     inp: &CellInputs<'_>,
     combo: &Combo,
+    tally: &mut ExcludeTally,
 ) -> Res<Option<Cell>> {
     let model = cell_model(cx, inp, combo)?;
     let (vars, rendered) = template_vars(cx, sw, inp, combo, &model)?;
-    if excluded(sw, inp, combo, &model, &rendered) {
-        return Ok(None);
+    if !sw.exclude.is_empty() {
+        let mut note = |k: &str, v: &str| {
+            tally
+                .seen
+                .entry(k.to_string())
+                .or_default()
+                .insert(v.to_string());
+        };
+        note("model", &model);
+        note("device", &inp.device.id);
+        if let Some(c) = &combo.cell_name {
+            note("cell", c);
+        }
+        for (a, v) in &rendered {
+            note(a, v);
+        }
+        if let Some(i) = excluded(sw, inp, combo, &model, &rendered) {
+            tally.hits.resize(sw.exclude.len(), 0);
+            tally.hits[i] += 1;
+            return Ok(None);
+        }
     }
     let tag = cell_tag(
         cx,
@@ -60,6 +91,7 @@ pub(super) fn build_cell(
     )?;
     let Invocation {
         binary,
+        binary_origin,
         args,
         arg_origins,
         env,
@@ -81,6 +113,7 @@ pub(super) fn build_cell(
         stdin: None,
         session: inp.session,
         discard_tokens: 0,
+        binary_origin,
     }))
 }
 
@@ -160,16 +193,16 @@ fn template_vars(
     Ok((vars, rendered))
 }
 
-/// Whether one of the sweep's excludes matches the cell: every key of the exclude (model,
-/// device, cell or an axis) has the cell's value.
+/// The first of the sweep's excludes that matches the cell (every key of it — model, device,
+/// cell or an axis — has the cell's value), by index.
 fn excluded(
     sw: &SweepDef,
     inp: &CellInputs<'_>,
     combo: &Combo,
     model: &str,
     rendered: &[(String, String)],
-) -> bool {
-    for ex in &sw.exclude {
+) -> Option<usize> {
+    for (i, ex) in sw.exclude.iter().enumerate() {
         let mut all = true;
         for (k, v) in ex.get_ref() {
             let want = render_value(v).unwrap_or_default();
@@ -188,16 +221,18 @@ fn excluded(
             }
         }
         if all {
-            return true;
+            return Some(i);
         }
     }
-    false
+    None
 }
 
 /// What a cell runs.
 struct Invocation {
     /// Engine binary (a path relative to the manifest is made absolute against it).
     binary: String,
+    /// (line, column) of the manifest entry that chose it.
+    binary_origin: Option<(usize, usize)>,
     /// Arguments after `-m <model>`.
     args: Vec<String>,
     /// Where each argument comes from, for errors (`--check` against the engine's flags).
@@ -228,17 +263,24 @@ fn invocation(
     vars: &Vars,
 ) -> Res<Invocation> {
     let span = combo.span.clone();
-    let binary = inp
-        .device
-        .binary
-        .clone()
-        .or_else(|| cx.m.binary.as_ref().map(|b| b.get_ref().clone()))
-        .unwrap_or_else(|| "bmoe-cli".into());
+    let pos = |span: Range<usize>| Some(cx.src.position(span.start));
+    let (binary, binary_origin) = match (&inp.device.binary, &cx.m.binary) {
+        (Some(b), _) => (
+            b.clone(),
+            cx.m.devices
+                .iter()
+                .find(|d| d.get_ref().id == inp.device.id)
+                .and_then(|d| pos(d.span())),
+        ),
+        (None, Some(b)) => (b.get_ref().clone(), pos(b.span())),
+        (None, None) => ("bmoe-cli".to_string(), None),
+    };
     let model_def = cx.m.models.iter().find(|md| md.get_ref().id == model);
     let mut env = inp.device.env.clone();
     env.extend(inp.env.clone());
     let mut inv = Invocation {
         binary,
+        binary_origin,
         args: Vec::new(),
         arg_origins: Vec::new(),
         env,
@@ -329,6 +371,7 @@ fn apply_axis(
     match def.kind {
         AxisKind::Model => {}
         AxisKind::Binary => {
+            inv.binary_origin = Some(cx.src.position(dspan.start));
             inv.binary = match &def.map {
                 Some(map) => map
                     .get(val)

@@ -84,6 +84,22 @@ pub(super) fn combos_for(
     Ok(out)
 }
 
+/// How many combinations [`combos_for`] gives for `model`, from the list sizes alone (nothing
+/// is crossed): the product of the value groups' lengths, times the explicit cells.
+pub(super) fn count_combos(
+    cx: &Ctx<'_>,
+    sw: &SweepDef,
+    model: &str,
+    axis_order: &[String],
+    link_of: &BTreeMap<String, usize>,
+) -> Res<u128> {
+    let groups = value_groups(cx, sw, model, axis_order, link_of)?;
+    let product = groups
+        .iter()
+        .fold(1u128, |n, g| n.saturating_mul(g[0].1.len() as u128));
+    Ok(product.saturating_mul(sw.cells.len().max(1) as u128))
+}
+
 /// The swept axes of `model` (its per_model values, else the sweep's) grouped for crossing: a
 /// link is one group whose axes advance together, every other axis a group of its own.
 fn value_groups(
@@ -169,7 +185,13 @@ fn explicit_cell(cx: &Ctx<'_>, c: &Spanned<toml::Table>) -> Res<ExplicitCell> {
         match k.as_str() {
             "cell" => match v {
                 toml::Value::String(s) => cell_name = Some(s.clone()),
-                _ => return Err(cx.err(c.span(), "`cell` must be a string (the cell's name)")),
+                _ => {
+                    return Err(cx.err_hint(
+                        c.span(),
+                        "`cell` must be a string (the cell's name)",
+                        "write e.g. { cell = \"base\" }",
+                    ));
+                }
             },
             "flags" => match v {
                 toml::Value::Array(a) if a.iter().all(|x| x.is_str()) => {
@@ -178,7 +200,13 @@ fn explicit_cell(cx: &Ctx<'_>, c: &Spanned<toml::Table>) -> Res<ExplicitCell> {
                         .filter_map(|x| x.as_str().map(str::to_string))
                         .collect();
                 }
-                _ => return Err(cx.err(c.span(), "`flags` must be an array of strings")),
+                _ => {
+                    return Err(cx.err_hint(
+                        c.span(),
+                        "`flags` must be an array of strings",
+                        "write e.g. flags = [\"-c\", \"4096\"]",
+                    ));
+                }
             },
             _ => {
                 if render_value(v).is_none() {

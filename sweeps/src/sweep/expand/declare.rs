@@ -147,9 +147,10 @@ pub(super) fn sweep_devices(
         None => devices.iter().map(|d| d.id.clone()).collect(),
     };
     if dev_ids.is_empty() {
-        return Err(cx.err(
+        return Err(cx.err_hint(
             span.clone(),
             format!("sweep `{sweep}` has an empty device list"),
+            "name at least one declared device (or leave `devices` out for all of them)",
         ));
     }
     Ok(dev_ids)
@@ -195,9 +196,13 @@ pub(super) fn sweep_models(
     }
     for (model, pm) in &sw.per_model {
         if !model_ids.contains(model) {
-            return Err(cx.err(
+            return Err(cx.err_hint(
                 pm.span(),
                 format!("per_model names model `{model}`, which this sweep does not run"),
+                format!(
+                    "per_model keys are model ids of this sweep: {}",
+                    model_ids.join(", ")
+                ),
             ));
         }
     }

@@ -31,8 +31,8 @@ use super::manifest::{
     AnalysisDef, AxisKind, CooldownDef, CooldownMode, DeviceDef, DeviceKind, Manifest,
     ManifestError, OnTimeout, Source, SweepDef, UntilDef,
 };
-use cells::{CellInputs, build_cell};
-use combos::combos_for;
+use cells::{CellInputs, ExcludeTally, build_cell};
+use combos::{combos_for, count_combos};
 use order::order_runs;
 pub use tag::sanitize_tag;
 // Reachable here as before the split; only expand's own modules call them today.
@@ -130,6 +130,9 @@ pub struct Cell {
     pub stdin: Option<String>,
     /// Whether this is a session-mode cell.
     pub session: bool,
+    /// (line, column) of the manifest entry that chose `binary` (none for the default).
+    #[serde(skip)]
+    pub binary_origin: Option<(usize, usize)>,
     /// Tokens the report trims from the start of each run.
     pub discard_tokens: u32,
 }
@@ -147,11 +150,24 @@ pub struct PlannedRun {
     pub pass: u32,
 }
 
+/// Most runs a manifest may expand to unless `--max-runs` says otherwise: a day of 1-second
+/// runs, far beyond any campaign in bench-data/, and a plan of a few hundred MiB at most.
+pub const DEFAULT_MAX_RUNS: u64 = 100_000;
+
+/// Most bootstrap resamples `[analysis] resamples` and `report --resamples` take: each is a
+/// pass over every token of a cell, and 10⁶ already pins the interval's third digit.
+pub const MAX_RESAMPLES: usize = 1_000_000;
+
 /// A fully expanded manifest.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     /// Campaign name.
     pub name: String,
+    /// The campaign's directory name: `name` with every character but letters, digits and
+    /// `._-+=` replaced and leading dots and dashes dropped, so `name = "../../x"` or an
+    /// absolute path cannot put the default `results/<name>` (or a remote device's run
+    /// directories) anywhere else.
+    pub dir_name: String,
     /// Campaign description.
     pub description: Option<String>,
     /// The manifest's directory (relative paths resolve against it).
@@ -166,6 +182,9 @@ pub struct Plan {
     pub runs: Vec<PlannedRun>,
     /// Report settings.
     pub analysis: AnalysisDef,
+    /// (line, column) of each model's `[[model]]` entry, for errors about its file.
+    #[serde(skip)]
+    pub model_origins: BTreeMap<String, (usize, usize)>,
 }
 
 impl Serialize for DeviceDef {
@@ -211,11 +230,40 @@ impl Ctx<'_> {
     }
 }
 
-/// Expands a manifest into cells and runs.
+/// The directory name of campaign `name` (see [`Plan::dir_name`]); `None` when nothing of the
+/// name is left to name a directory.
+pub fn campaign_dir_name(name: &str) -> Option<String> {
+    let mapped: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '=') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let s = mapped.trim_start_matches(['.', '-']);
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// Expands a manifest into cells and runs, refusing more than [`DEFAULT_MAX_RUNS`] runs.
 ///
 /// # Errors
 /// A [`ManifestError`] naming the line of the first semantic problem.
+#[cfg(test)]
 pub fn expand(m: &Manifest, src: &Source) -> Res<Plan> {
+    expand_limited(m, src, DEFAULT_MAX_RUNS)
+}
+
+/// Expands a manifest into cells and runs. The number of runs each sweep block can expand to
+/// is computed from the sizes of its lists before any cell is built, and a manifest above
+/// `max_runs` in all is refused, naming the block: a typo'd `repetitions = 1000000000` or a
+/// 1000⁴ grid is an error, not an allocation until the machine runs out of memory.
+///
+/// # Errors
+/// A [`ManifestError`] naming the line of the first semantic problem.
+pub fn expand_limited(m: &Manifest, src: &Source, max_runs: u64) -> Res<Plan> {
     let cx = Ctx { m, src };
     let manifest_dir = src.path.parent().map(Path::to_path_buf).unwrap_or_default();
 
@@ -232,6 +280,16 @@ pub fn expand(m: &Manifest, src: &Source) -> Res<Plan> {
         ));
     }
 
+    let dir_name = campaign_dir_name(m.name.get_ref()).ok_or_else(|| {
+        cx.err_hint(
+            m.name.span(),
+            format!("campaign name `{}` names no directory", m.name.get_ref()),
+            "the default results directory is results/<name>: write e.g. name = \"cache-sweep\" (letters, digits, '.', '_', '-')",
+        )
+    })?;
+    if let Some(a) = &m.analysis {
+        check_analysis(&cx, a.get_ref(), a.span())?;
+    }
     let devices = declare::devices(&cx)?;
     let models = declare::models(&cx, &devices, &manifest_dir)?;
 
@@ -243,6 +301,7 @@ pub fn expand(m: &Manifest, src: &Source) -> Res<Plan> {
     let mut cells = Vec::new();
     let mut runs = Vec::new();
     let mut sweep_names = BTreeSet::new();
+    let mut budget = Budget { max_runs, runs: 0 };
     for sw in &m.sweeps {
         let name = sw.get_ref().name.get_ref().clone();
         if !sweep_names.insert(name.clone()) {
@@ -259,20 +318,174 @@ pub fn expand(m: &Manifest, src: &Source) -> Res<Plan> {
             ));
         }
         let first = cells.len();
-        expand_sweep(&cx, sw.get_ref(), sw.span(), &devices, &models, &mut cells)?;
+        expand_sweep(
+            &cx,
+            sw.get_ref(),
+            sw.span(),
+            &devices,
+            &models,
+            &mut budget,
+            &mut cells,
+        )?;
         order_runs(&cx, sw.get_ref(), first, &cells, &mut runs)?;
     }
 
+    if let (Some(a), Some(b)) = (&m.analysis, &m.analysis().baseline)
+        && !cells.iter().any(|c| &c.tag == b)
+    {
+        let tags: Vec<&str> = cells.iter().map(|c| c.tag.as_str()).take(20).collect();
+        return Err(cx.err_hint(
+            a.span(),
+            format!("[analysis] baseline `{b}` is not a cell of this manifest"),
+            format!("name a cell tag: {}", tags.join(", ")),
+        ));
+    }
     Ok(Plan {
         name: m.name.get_ref().clone(),
+        dir_name,
         description: m.description.clone(),
         manifest_dir,
         devices,
         models,
         cells,
         runs,
-        analysis: m.analysis.clone(),
+        analysis: m.analysis(),
+        model_origins: m
+            .models
+            .iter()
+            .map(|md| (md.get_ref().id.clone(), src.position(md.span().start)))
+            .collect(),
     })
+}
+
+/// `[analysis]`: a confidence level strictly between 0 and 1, at most [`MAX_RESAMPLES`].
+fn check_analysis(cx: &Ctx<'_>, a: &AnalysisDef, span: Range<usize>) -> Res<()> {
+    if !(a.ci > 0.0 && a.ci < 1.0) {
+        return Err(cx.err_hint(
+            span,
+            format!("[analysis] ci = {} is not a confidence level", a.ci),
+            "write a level between 0 and 1, e.g. ci = 0.95",
+        ));
+    }
+    if a.resamples > MAX_RESAMPLES {
+        return Err(cx.err_hint(
+            span,
+            format!(
+                "[analysis] resamples = {} is above the {MAX_RESAMPLES} the report takes",
+                a.resamples
+            ),
+            "2000 (the default) is plenty for a 95 % interval; write e.g. resamples = 10000",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs planned so far against the limit.
+struct Budget {
+    max_runs: u64,
+    runs: u128,
+}
+
+/// Refuses sweep `sw` when the runs it can expand to (`devices` × the axis combinations of
+/// its models × repetitions and warm-ups: counted from the list sizes, before any cell is
+/// built) take the manifest over the limit.
+#[allow(clippy::too_many_arguments)]
+fn check_size(
+    cx: &Ctx<'_>,
+    sw: &SweepDef,
+    span: &Range<usize>,
+    devices: usize,
+    combos: u128,
+    settings: &super::manifest::Settings,
+    budget: &mut Budget,
+) -> Res<()> {
+    let reps = u128::from(settings.repetitions.unwrap_or(1));
+    let warm = u128::from(settings.warmup.as_ref().map_or(0, |w| w.runs));
+    let runs = (devices as u128)
+        .saturating_mul(combos)
+        .saturating_mul(reps.saturating_add(warm));
+    budget.runs = budget.runs.saturating_add(runs);
+    if budget.runs <= u128::from(budget.max_runs) {
+        return Ok(());
+    }
+    let before = if sw.exclude.is_empty() {
+        ""
+    } else {
+        " (before `exclude`)"
+    };
+    Err(cx.err_hint(
+        span.clone(),
+        format!(
+            "sweep `{}` expands to {runs} runs{before}: {devices} device(s) × {combos} cell(s) × ({reps} repetition(s) + {warm} warm-up(s)); the manifest's {} runs in all are above the limit of {}",
+            sw.name.get_ref(),
+            budget.runs,
+            budget.max_runs
+        ),
+        format!(
+            "shrink the grid (fewer values, `link` to zip axes, fewer repetitions), or raise the limit with --max-runs {} if you mean it",
+            budget.runs.min(u128::from(u64::MAX))
+        ),
+    ))
+}
+
+/// Refuses excludes that cannot remove anything: a key that is not `model`, `device`, `cell`
+/// or an axis of the sweep (a typo), or one whose values no cell has.
+fn check_excludes(
+    cx: &Ctx<'_>,
+    sw: &SweepDef,
+    sweep: &str,
+    axis_order: &[String],
+    tally: Option<&ExcludeTally>,
+) -> Res<()> {
+    for (i, ex) in sw.exclude.iter().enumerate() {
+        for k in ex.get_ref().keys() {
+            let known = matches!(k.as_str(), "model" | "device" | "cell")
+                || axis_order.iter().any(|a| a == k);
+            if !known {
+                return Err(cx.err_hint(
+                    ex.span(),
+                    format!("exclude key `{k}` is not `model`, `device`, `cell` or an axis of sweep `{sweep}`: it would exclude nothing"),
+                    format!("exclude keys: model, device, cell{}{}", axis_order.iter().map(|a| format!(", {a}")).collect::<String>(), if axis_order.is_empty() { "" } else { " (the sweep's axes)" }),
+                ));
+            }
+        }
+        let Some(tally) = tally else { continue };
+        if tally.hits.get(i).copied().unwrap_or(0) > 0 {
+            continue;
+        }
+        let absent: Vec<String> = ex
+            .get_ref()
+            .iter()
+            .filter_map(|(k, v)| {
+                let want = template::render_value(v).unwrap_or_default();
+                let have = tally.seen.get(k);
+                (!have.is_some_and(|h| h.contains(&want))).then(|| {
+                    let vals: Vec<&str> = have
+                        .map(|h| h.iter().map(String::as_str).collect())
+                        .unwrap_or_default();
+                    format!(
+                        "no cell has {k} = {want} (values: {})",
+                        if vals.is_empty() {
+                            "none".to_string()
+                        } else {
+                            vals.join(", ")
+                        }
+                    )
+                })
+            })
+            .collect();
+        let why = if absent.is_empty() {
+            "no cell has all of these values at once".to_string()
+        } else {
+            absent.join("; ")
+        };
+        return Err(cx.err_hint(
+            ex.span(),
+            format!("this exclude of sweep `{sweep}` matches no cell: {why}"),
+            "fix the value (a typo excludes nothing) or remove the exclude",
+        ));
+    }
+    Ok(())
 }
 
 /// Appends the cells of sweep `sw` to `cells`: every (device, model, combination of axis
@@ -283,6 +496,7 @@ fn expand_sweep(
     span: Range<usize>,
     devices: &[DeviceDef],
     models: &BTreeMap<String, ModelSource>,
+    budget: &mut Budget,
     cells: &mut Vec<Cell>,
 ) -> Res<()> {
     let sweep = sw.name.get_ref().clone();
@@ -298,7 +512,14 @@ fn expand_sweep(
     let model_ids = declare::sweep_models(cx, sw, &sweep, models, model_axis.is_some(), &span)?;
     let link_of = axes::links(cx, sw, &axis_order)?;
     let shared = settings::shared(cx, &settings, &sweep, &span)?;
+    check_excludes(cx, sw, &sweep, &axis_order, None)?;
+    let mut combos = 0u128;
+    for model in &model_ids {
+        combos = combos.saturating_add(count_combos(cx, sw, model, &axis_order, &link_of)?);
+    }
+    check_size(cx, sw, &span, dev_ids.len(), combos, &settings, budget)?;
 
+    let mut tally = ExcludeTally::default();
     let mut seen_tags: BTreeMap<String, Range<usize>> = BTreeMap::new();
     for dev in &dev_ids {
         let device = devices
@@ -320,15 +541,16 @@ fn expand_sweep(
                         multi_device: dev_ids.len() > 1,
                         base_flags: &shared.base_flags,
                         prompt: shared.prompt.as_deref(),
-                        n_predict: settings.n_predict,
+                        n_predict: settings.n_predict.as_ref().map(|n| *n.get_ref()),
                         session: shared.stdin.is_some(),
                         mem_limit: shared.mem_limit,
                         env: settings.env.clone().unwrap_or_default(),
                     },
                     &combo,
+                    &mut tally,
                 )?;
                 let Some(mut cell) = cell else { continue };
-                cell.timeout_s = settings.timeout_s;
+                cell.timeout_s = settings.timeout_s.as_ref().map(|t| *t.get_ref());
                 cell.cooldown = shared.cooldown.clone();
                 cell.stdin = shared.stdin.clone();
                 cell.discard_tokens = shared.discard_tokens;
@@ -345,7 +567,7 @@ fn expand_sweep(
             }
         }
     }
-    Ok(())
+    check_excludes(cx, sw, &sweep, &axis_order, Some(&tally))
 }
 
 #[cfg(test)]

@@ -63,9 +63,10 @@ pub(super) fn order_runs(
         }
         OrderMode::Explicit => {
             let Some(seq) = &order.sequence else {
-                return Err(cx.err(
+                return Err(cx.err_hint(
                     sw.name.span(),
                     "order mode `explicit` needs `sequence = [cell tags]`",
+                    "write order = { mode = \"explicit\", sequence = [\"tag1\", \"tag2\"] }; `--check` lists the cells' tags",
                 ));
             };
             let mut seq_ids = Vec::new();
