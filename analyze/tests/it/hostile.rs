@@ -1,6 +1,7 @@
 //! Hostile input through the real binary (issue #21): real files from `shared/realdata`, mutated
-//! at test time by a seeded generator — cut at a random byte, a time or weight cell replaced by
-//! NaN / ±inf / a negative / a huge value, garbage lines, empty and header-only files — and
+//! at test time by a seeded generator — cut at a random byte, a time, weight or byte-count cell
+//! replaced by NaN / ±inf / a negative / a huge value, garbage lines, empty and header-only
+//! files — and
 //! every view of `bmoe-analyze` run on each. Every run must end in one of two ways:
 //!
 //! * exit 0, and when the mutation changed what the view reads, a `note:`/`warning:` on stderr
@@ -35,6 +36,14 @@ const BAD_TIMES: [&str; 8] = [
 ];
 /// Values no routing weight can hold (`nan` is the contract's "unknown", so not here).
 const BAD_WEIGHTS: [&str; 6] = ["inf", "-inf", "-1", "-0.25", "1e308", "1e30"];
+/// Values no byte or fault count of one row can hold.
+const BAD_COUNTS: [&str; 5] = [
+    "18446744073709551615",
+    "1099511627777",
+    "-1",
+    "nan",
+    "1e308",
+];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -113,6 +122,20 @@ impl Source {
         s.into_bytes()
     }
 
+    /// The byte and fault count columns a bad count goes into (none in metrics CSVs here).
+    fn count_columns(&self) -> Vec<usize> {
+        let names: &[&str] = match self.kind {
+            Kind::Route => &["expert_bytes"],
+            Kind::Compute => &["majflt"],
+            Kind::Io => &["req_bytes", "read_bytes"],
+            Kind::Metrics => &[],
+        };
+        names
+            .iter()
+            .filter_map(|n| self.header.iter().position(|h| h == n))
+            .collect()
+    }
+
     /// The columns whose values a bad value goes into.
     fn target_columns(&self) -> Vec<usize> {
         let names: &[&str] = match self.kind {
@@ -135,8 +158,10 @@ impl Source {
     }
 
     fn mutate(&self, rng: &mut SplitMix64) -> Case {
+        // Data rows; a value goes only into a row without quotes, where splitting at commas
+        // finds the columns (a quoted compute node name may hold a comma).
         let data: Vec<usize> = (0..self.rows.len())
-            .filter(|&i| !self.rows[i].starts_with('#'))
+            .filter(|&i| !self.rows[i].starts_with('#') && !self.rows[i].contains('"'))
             .collect();
         let pick = rng.below(10);
         let (mutation, text, what) = match pick {
@@ -154,13 +179,16 @@ impl Source {
                 (Mutation::Cut { torn }, cut, format!("cut at byte {at}"))
             }
             3..=6 => {
-                let cols = self.target_columns();
-                let col = cols[rng.below(cols.len())];
-                let bad: &[&str] = if self.kind == Kind::Route {
-                    &BAD_WEIGHTS
+                let counts = self.count_columns();
+                let (cols, bad): (Vec<usize>, &[&str]) = if !counts.is_empty() && rng.below(3) == 0
+                {
+                    (counts, &BAD_COUNTS)
+                } else if self.kind == Kind::Route {
+                    (self.target_columns(), &BAD_WEIGHTS)
                 } else {
-                    &BAD_TIMES
+                    (self.target_columns(), &BAD_TIMES)
                 };
+                let col = cols[rng.below(cols.len())];
                 let value = bad[rng.below(bad.len())];
                 let mut rows = self.rows.clone();
                 // The first data row, the last one, or any.

@@ -13,7 +13,8 @@
 //! compute rows allocate their two strings. A last line cut short (no newline, whether or not
 //! it parses) is left out and reported by [`TraceReader::truncated`], not as an error. Values
 //! the contract rules out are errors naming the line: a `weight` that is not NaN or in
-//! `0..=`[`MAX_WEIGHT`], a `wall_ns` / `latency_ns` above [`MAX_DURATION_NS`]. For bulk loading with another CSV
+//! `0..=`[`MAX_WEIGHT`], a `wall_ns` / `latency_ns` above [`MAX_DURATION_NS`], a byte or fault
+//! count (`expert_bytes`, `req_bytes`, `read_bytes`, `majflt`) above [`MAX_ROW_COUNT`]. For bulk loading with another CSV
 //! engine use [`crate::table::read_head`] and the `*_COLUMNS` constants.
 //!
 //! # Writing
@@ -104,20 +105,45 @@ fn req_weight(idx: usize, f: &Fields<'_>, path: &Path, column: &str) -> Result<f
     }
 }
 
-/// A duration in ns: at most [`MAX_DURATION_NS`].
-fn req_duration_ns(idx: usize, f: &Fields<'_>, path: &Path, column: &str) -> Result<u64> {
+/// Largest byte count (`expert_bytes`, `req_bytes`, `read_bytes`) or fault count (`majflt`)
+/// one row may hold: 2^40 (1 TiB, or 2^40 faults). No expert, read or node comes near it, and
+/// the analyses' sums over millions of rows stay far from `u64` overflow.
+pub const MAX_ROW_COUNT: u64 = 1 << 40;
+
+/// What a byte or fault count cell may hold.
+const COUNT_EXPECTED: &str = "expected an unsigned integer of at most 2^40 (1099511627776)";
+
+/// An unsigned cell of at most `max`; `expected` says what it may hold.
+fn req_at_most(
+    idx: usize,
+    f: &Fields<'_>,
+    path: &Path,
+    column: &str,
+    max: u64,
+    expected: &str,
+) -> Result<u64> {
     let v: u64 = req_cell(idx, f, path, column)?;
-    if v <= MAX_DURATION_NS {
+    if v <= max {
         Ok(v)
     } else {
         Err(Error::field(
             path,
             f.line,
             column,
-            DURATION_NS_EXPECTED,
+            expected,
             f.get(idx).unwrap_or_default(),
         ))
     }
+}
+
+/// A duration in ns: at most [`MAX_DURATION_NS`].
+fn req_duration_ns(idx: usize, f: &Fields<'_>, path: &Path, column: &str) -> Result<u64> {
+    req_at_most(idx, f, path, column, MAX_DURATION_NS, DURATION_NS_EXPECTED)
+}
+
+/// A byte or fault count: at most [`MAX_ROW_COUNT`].
+fn req_count(idx: usize, f: &Fields<'_>, path: &Path, column: &str) -> Result<u64> {
+    req_at_most(idx, f, path, column, MAX_ROW_COUNT, COUNT_EXPECTED)
 }
 
 /// Route trace columns, in order (`dropped` was appended within v1).
@@ -366,7 +392,7 @@ impl TraceRow for RouteRow {
             expert: req_cell(ix(5), f, path, c[5])?,
             weight: req_weight(ix(6), f, path, c[6])?,
             residency: req_code(ix(7), f, path, c[7], 2, RESIDENCY_EXPECTED)?,
-            expert_bytes: req_cell(ix(8), f, path, c[8])?,
+            expert_bytes: req_count(ix(8), f, path, c[8])?,
             dropped: opt_cell(m[9], f, path, c[9])?,
         })
     }
@@ -507,7 +533,7 @@ impl TraceRow for ComputeRow {
             op: req_string(ix(5), f, path, c[5])?,
             name: req_string(ix(6), f, path, c[6])?,
             wall_ns: req_duration_ns(ix(7), f, path, c[7])?,
-            majflt: req_cell(ix(8), f, path, c[8])?,
+            majflt: req_count(ix(8), f, path, c[8])?,
         })
     }
 
@@ -574,8 +600,8 @@ impl TraceRow for IoRow {
             lane: req_cell(ix(6), f, path, c[6])?,
             spec: req_cell(ix(7), f, path, c[7])?,
             offset: req_cell(ix(8), f, path, c[8])?,
-            req_bytes: req_cell(ix(9), f, path, c[9])?,
-            read_bytes: req_cell(ix(10), f, path, c[10])?,
+            req_bytes: req_count(ix(9), f, path, c[9])?,
+            read_bytes: req_count(ix(10), f, path, c[10])?,
             latency_ns: req_duration_ns(ix(11), f, path, c[11])?,
         })
     }
@@ -914,6 +940,24 @@ mod tests {
                 .expect("a row")
         };
         assert!(compute("1000000000000001").is_err() && compute("9949").is_ok());
+        // Byte counts: 2^40 at most, so sums over a trace cannot overflow.
+        let bytes = |b: &str| {
+            let text = format!(
+                "# route_trace v1\nturn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n0,1,5,0,0,3,0.5,0,{b}\n"
+            );
+            TraceReader::<_, RouteRow>::new(text.as_bytes(), "r.csv")
+                .expect("head")
+                .next()
+                .expect("a row")
+        };
+        let e = bytes("18446744073709551615").expect_err("huge").to_string();
+        assert!(
+            e.starts_with(
+                "r.csv:3: column `expert_bytes`: expected an unsigned integer of at most 2^40"
+            ),
+            "{e}"
+        );
+        assert!(bytes("1099511627776").is_ok() && bytes("3059712").is_ok());
     }
 
     #[test]

@@ -17,8 +17,8 @@ use bmoe_telemetry::summary::{
     SpecCost, SummaryLine, parse_summary_line,
 };
 use bmoe_telemetry::trace::{
-    ComputeRow, DecodeTraceInfo, IoRow, LayerBytes, MAX_DURATION_NS, MAX_WEIGHT, RouteRow,
-    RouteTraceInfo, TraceReader, TraceRow, TraceWriter,
+    ComputeRow, DecodeTraceInfo, IoRow, LayerBytes, MAX_DURATION_NS, MAX_ROW_COUNT, MAX_WEIGHT,
+    RouteRow, RouteTraceInfo, TraceReader, TraceRow, TraceWriter,
 };
 use proptest::prelude::*;
 
@@ -355,7 +355,7 @@ prop_compose! {
             (any::<u32>(), 0u8..2, any::<i64>(), any::<u32>(), any::<u32>(), any::<u32>()),
         // The weights the reader accepts: NaN (unknown) or a gate in 0..=MAX_WEIGHT.
         weight in prop_oneof![0.0..=MAX_WEIGHT, (0f32..=1000f32).prop_map(f64::from), Just(f64::NAN), Just(0.0), Just(MAX_WEIGHT), Just(1.23457e-300)],
-        (residency, expert_bytes, dropped) in (0u8..3, any::<u64>(), any::<Option<bool>>()),
+        (residency, expert_bytes, dropped) in (0u8..3, 0..=MAX_ROW_COUNT, any::<Option<bool>>()),
     ) -> RouteRow {
         RouteRow { turn, phase, step, layer, slot, expert, weight, residency, expert_bytes, dropped }
     }
@@ -380,7 +380,7 @@ prop_compose! {
         op in "[A-Z_]{1,12}",
         // Raw node names: anything but a line break (the writer turns those into spaces).
         name in "[^\r\n]{0,24}",
-        (wall_ns, majflt) in (0..=MAX_DURATION_NS, any::<u64>()),
+        (wall_ns, majflt) in (0..=MAX_DURATION_NS, 0..=MAX_ROW_COUNT),
     ) -> ComputeRow {
         ComputeRow { turn, phase, step, seq, layer, op, name, wall_ns, majflt }
     }
@@ -391,7 +391,7 @@ prop_compose! {
         (turn, phase, step, layer, expert, proj) in
             (any::<u32>(), 0u8..2, any::<i64>(), any::<u32>(), any::<u32>(), any::<u8>()),
         (lane, spec, offset, req_bytes, read_bytes, latency_ns) in
-            (any::<u32>(), any::<bool>(), any::<u64>(), any::<u64>(), any::<u64>(), 0..=MAX_DURATION_NS),
+            (any::<u32>(), any::<bool>(), any::<u64>(), 0..=MAX_ROW_COUNT, 0..=MAX_ROW_COUNT, 0..=MAX_DURATION_NS),
     ) -> IoRow {
         IoRow { turn, phase, step, layer, expert, proj, lane, spec, offset, req_bytes, read_bytes, latency_ns }
     }
