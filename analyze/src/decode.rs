@@ -52,15 +52,21 @@ pub(crate) fn read_all<R: std::io::BufRead, T: TraceRow>(
     Ok((rows, reader.truncated().cloned()))
 }
 
-/// Say on stderr that a cut-short last line was left out (the route reader's note).
+/// Say on stderr that a cut-short last line was left out (every reader's note).
 pub(crate) fn note_cut(path: &Path, cut: Option<&Truncated>) {
     if let Some(cut) = cut {
-        eprintln!(
-            "note: {}: line {} has no line end and does not parse (the writer was killed?); it was left out",
-            path.display(),
-            cut.line
-        );
+        eprintln!("note: {}", cut_note(path, cut));
     }
+}
+
+/// The text of the note for a last line without a line end: the file was cut there (a killed
+/// writer), so the line — parsable or not — is not a whole row and was left out.
+pub(crate) fn cut_note(path: &Path, cut: &Truncated) -> String {
+    format!(
+        "{}: line {} has no line end: the file was cut short inside it (the writer was killed?); that line was left out, every row before it is used",
+        path.display(),
+        cut.line
+    )
 }
 
 /// Keep decode rows, or every row when there are none. `None` when the file has no rows.

@@ -374,6 +374,16 @@ fn report_file(
         Some("drop (a routing's hit or miss decides what dropping it saves)"),
         note,
     )?;
+    if t.total_rows == 0 {
+        // As `route` and `replay`: a report of "no rows" per phase would read as a result.
+        return Err(AnalyzeError::Empty {
+            message: format!(
+                "{}: no rows - is this a route trace? (a header and no routings)",
+                path.display()
+            ),
+            hint: "the trace has no routing rows: record one with `bmoe-cli --route-trace FILE` on a run that generates tokens".into(),
+        });
+    }
     Ok(report_with_tables(&t, tables).unwrap_or_default())
 }
 

@@ -127,6 +127,8 @@ impl RunStats {
     /// Read a metrics CSV and its sidecar. `Ok(None)` when the file has no `wall_ms` value.
     pub fn read(path: &Path, trim: usize) -> Result<Option<Self>> {
         let file = MetricsFile::read(path).map_err(|e| AnalyzeError::from_telemetry(path, e))?;
+        // Every metrics view reads its runs here once, so the cut is noted once per file.
+        crate::decode::note_cut(path, file.truncated.as_ref());
         let decode =
             bmoe_stats::RunStats::skipping_missing(file.rows.iter().map(|r| r.wall_ms), trim);
         if decode.wall_ms.is_empty() {

@@ -56,6 +56,25 @@ pub fn run(a: &ReplayArgs) -> Result<String> {
         },
         None,
     )?;
+    if trace.total_rows == 0 {
+        // As `route` and `drop` do: a table of 0 % hit rates would read as a real result.
+        return Err(AnalyzeError::Empty {
+            message: format!(
+                "{}: no rows - is this a route trace? (a header and no routings)",
+                a.trace.display()
+            ),
+            hint: "the trace has no routing rows: record one with `bmoe-cli --route-trace FILE` on a run that generates tokens".into(),
+        });
+    }
+    if trace.rows.is_empty() {
+        // The reference prints its all-zero table here (kept byte for byte); say why it is empty.
+        eprintln!(
+            "note: {}: no rows for turn {} ({} rows in other turns); every hit rate below is 0",
+            a.trace.display(),
+            a.turn.map_or_else(|| "None".to_string(), |t| t.to_string()),
+            trace.total_rows
+        );
+    }
     let opt = replay::ReplayOptions {
         budgets,
         policies,

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use bmoe_stats::BootstrapCi;
 use plotters::coord::Shift;
+use plotters::coord::combinators::WithKeyPoints;
 use plotters::prelude::*;
 
 use super::{DrawResult, Figure, OrMsg, base, legend, render};
@@ -118,16 +119,17 @@ pub fn compare_series(a: &RunStats, b: &RunStats, trim: usize) -> Result<Compare
     })
 }
 
-/// Wall-time tick labels: whole ms from 10 up, else up to 3 decimals.
+/// Wall-time tick labels ([`super::axis::tick_label`]: whole ms from 10 up).
 fn ms_label(x: &f64) -> String {
-    if *x >= 10.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.3}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
-    }
+    super::axis::tick_label(*x)
+}
+
+/// The log wall-time axis over `lo..hi` with labels a reader can read values off (1-2-5 per
+/// decade, or finer inside one decade: [`super::axis::log_ticks`]), instead of plotters'
+/// decade-only labels (196–2441 ms was labelled at 1000 and 2000 alone).
+fn ms_axis(lo: f64, hi: f64) -> WithKeyPoints<LogCoord<f64>> {
+    let ticks = super::axis::log_ticks(lo, hi);
+    (lo..hi).log_scale().with_key_points(ticks)
 }
 
 const COLOURS: [RGBColor; 2] = [RGBColor(49, 130, 189), RGBColor(230, 85, 13)];
@@ -170,7 +172,7 @@ impl ComparePlot {
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(60)
-            .build_cartesian_2d(first..last, (lo..hi).log_scale())
+            .build_cartesian_2d(first..last, ms_axis(lo, hi))
             .msg()?;
         chart
             .configure_mesh()
@@ -211,7 +213,7 @@ impl ComparePlot {
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(55)
-            .build_cartesian_2d((lo..hi).log_scale(), 0.0..100.0)
+            .build_cartesian_2d(ms_axis(lo, hi), 0.0..100.0)
             .msg()?;
         chart
             .configure_mesh()

@@ -141,21 +141,16 @@ struct LatencyCdf {
 impl Figure for LatencyCdf {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
         let mut chart = frame(root, &self.title, 55)
-            .build_cartesian_2d((self.x_range.0..self.x_range.1).log_scale(), 0.0..100.0)
+            .build_cartesian_2d(
+                (self.x_range.0..self.x_range.1)
+                    .log_scale()
+                    .with_key_points(super::axis::log_ticks(self.x_range.0, self.x_range.1)),
+                0.0..100.0,
+            )
             .msg()?;
         chart
             .configure_mesh()
-            .x_labels(8)
-            .x_label_formatter(&|x| {
-                if *x >= 1000.0 {
-                    format!("{:.0}", x)
-                } else {
-                    format!("{x:.3}")
-                        .trim_end_matches('0')
-                        .trim_end_matches('.')
-                        .to_string()
-                }
-            })
+            .x_label_formatter(&|x| super::axis::tick_label(*x))
             .y_label_formatter(&|y| format!("{y:.0}"))
             .x_desc("read latency (us, log scale)")
             .y_desc("reads at or below (%)")
@@ -165,7 +160,8 @@ impl Figure for LatencyCdf {
             let colour = if i == 0 {
                 BLACK.to_rgba()
             } else {
-                Palette99::pick(i - 1).to_rgba()
+                // Lanes in colour-blind-safe categories (black is the all-lanes line).
+                super::axis::category(1 + (i - 1) % (super::axis::OKABE_ITO.len() - 1)).to_rgba()
             };
             let width = *width;
             chart

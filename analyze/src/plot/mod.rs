@@ -15,6 +15,7 @@
 //! | flash saved vs weight mass lost, threshold vs static top-k | `drop` | [`drop`] |
 //! | two runs' per-token wall time and its ECDF, with the A/B ratio | `metrics --compare` | [`compare`] |
 
+pub mod axis;
 pub mod compare;
 pub mod decode;
 pub mod drop;

@@ -33,8 +33,16 @@ impl Figure for Curves {
             .y_desc("decode hit rate (%)")
             .draw()
             .msg()?;
-        for (i, (name, pts)) in self.lines.iter().enumerate() {
-            let colour = Palette99::pick(i).to_rgba();
+        let mut others = 0;
+        for (name, pts) in &self.lines {
+            // Colour-blind-safe categories; Belady, the bound, is the thick black line.
+            let colour = if name.starts_with("belady") {
+                super::axis::category(0)
+            } else {
+                others += 1;
+                super::axis::category(1 + (others - 1) % (super::axis::OKABE_ITO.len() - 1))
+            }
+            .to_rgba();
             let width = if name.starts_with("belady") { 3 } else { 2 };
             chart
                 .draw_series(LineSeries::new(pts.clone(), colour.stroke_width(width)))

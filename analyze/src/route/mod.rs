@@ -102,11 +102,7 @@ pub fn read_noted(
 ) -> Result<RouteTrace> {
     let trace = RouteTrace::read_for(path, filter, residency_needed_by)?;
     if let Some(cut) = &trace.truncated {
-        note(format!(
-            "{}: line {} has no line end and does not parse (the writer was killed?); it was left out",
-            path.display(),
-            cut.line
-        ));
+        note(crate::decode::cut_note(path, cut));
     }
     Ok(trace)
 }

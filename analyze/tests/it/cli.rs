@@ -346,3 +346,114 @@ fn an_empty_matrix_selection_prints_the_reference_line_and_a_note() {
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+#[test]
+fn replay_and_drop_refuse_a_trace_without_rows() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let head_only = ROUTE.lines().take(5).collect::<Vec<_>>().join("\n") + "\n";
+    let empty = write(d.path(), "empty.csv", "");
+    let head = write(d.path(), "head.csv", &head_only);
+    for p in [&empty, &head] {
+        for cmd in ["replay", "drop", "route"] {
+            let out = run(&[cmd, p]);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{cmd} {p}: {err}");
+            assert!(
+                out.stdout.is_empty(),
+                "{cmd} {p}: no table of 0 % hit rates"
+            );
+            assert!(err.contains(&format!("error: {p}")), "{cmd} {p}: {err}");
+            assert!(err.contains("hint: "), "{cmd}: {err}");
+        }
+    }
+    // A --turn that selects nothing keeps the reference's all-zero table, and says why.
+    let full = write(d.path(), "full.csv", ROUTE);
+    let out = run(&["replay", &full, "--turn", "1", "--budgets", "1"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("batches 0 (0 prefill + 0 decode)"));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "note: {full}: no rows for turn 1 (8 rows in other turns)"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_torn_last_row_that_still_parses_is_left_out_in_every_reader() {
+    let d = tempfile::tempdir().expect("tempdir");
+    // A miss's `1048576` cut to `10`: the row parses, but it is not what the engine wrote.
+    let torn = ROUTE.replace("0,1,6,1,1,4,0.5,1,0\n", "0,1,6,1,1,4,0.5,0,10");
+    let p = write(d.path(), "torn.csv", &torn);
+    let out = run(&["route", &p, "--view", "sanity", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("\"rows\": 7"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains(&format!("note: {p}: line 13 has no line end")),
+        "{}",
+        text(&out.stderr)
+    );
+    let metrics = write(d.path(), "m.csv", "step,steps,wall_ms\n1,2,100.0\n2,2,30");
+    let out = run(&["metrics", &metrics, "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("\"tokens\": 1"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stderr).contains(&format!("note: {metrics}: line 3 has no line end")));
+    let io = write(
+        d.path(),
+        "io.csv",
+        "# io_trace v1\nturn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns\n\
+         0,1,5,0,3,0,0,0,0,4096,4096,3059712\n0,1,5,0,4,0,0,0,0,4096,4096,305",
+    );
+    let out = run(&["io", &io, "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("\"reads\": 1"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stderr).contains(&format!("note: {io}: line 4 has no line end")));
+}
+
+#[test]
+fn bad_times_and_weights_are_refused_with_file_line_and_column() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let svg = d.path().join("x.svg").display().to_string();
+    for (name, body, args, want) in [
+        (
+            "w.csv",
+            ROUTE.replace("0,1,6,0,1,5,0.2,0,1048576", "0,1,6,0,1,5,-0.2,0,1048576"),
+            vec!["drop"],
+            ":11: column `weight`: expected a routing weight",
+        ),
+        (
+            "m.csv",
+            "step,steps,wall_ms\n1,2,100.0\n2,2,nan\n".to_string(),
+            vec!["metrics"],
+            ":3: column `wall_ms`: expected a duration in ms",
+        ),
+        (
+            "m2.csv",
+            "step,steps,wall_ms,mgmt_ms\n1,2,100.0,1e308\n2,2,90.0,0\n".to_string(),
+            vec!["metrics", "--plot", svg.as_str()],
+            ":2: column `mgmt_ms`: expected a duration in ms",
+        ),
+    ] {
+        let p = write(d.path(), name, &body);
+        let mut a: Vec<&str> = args.clone();
+        a.insert(1, &p);
+        let out = run(&a);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{a:?}: {err}");
+        assert!(err.contains(&format!("error: {p}{want}")), "{a:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+}

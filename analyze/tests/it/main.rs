@@ -13,6 +13,7 @@ mod convert;
 mod csv_tables;
 mod format;
 mod golden;
+mod hostile;
 mod metrics_inputs;
 mod not_benchmark;
 mod plot;

@@ -201,7 +201,7 @@ fn route_hot_reuse_and_matrix_plots() {
         &[
             "Reuse distance per (layer, expert) - 6 reuses",
             "share of reuses (%)",
-            "reuses (all layers)",
+            "all layers pooled",
         ],
     );
     plot_case(
@@ -214,8 +214,8 @@ fn route_hot_reuse_and_matrix_plots() {
         "hit.svg",
         &[
             "Step x layer cache hits",
-            "all served from RAM (hit)",
-            "all routings missed",
+            "=100% (all hits)",
+            "=0% (all read from flash)",
         ],
     );
 }
@@ -852,4 +852,205 @@ fn drop_and_compare_plot_errors_are_clear_and_leave_no_file() {
         .filter(|n| n.ends_with(".partial"))
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
+/// Every `<text>` element with its `x` and `y` attributes.
+fn placed_texts(svg: &str) -> Vec<(f64, f64, String)> {
+    let attr = |tag: &str, name: &str| -> Option<f64> {
+        let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        tag[at..].split('"').next()?.parse().ok()
+    };
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let end = t.find('>')?;
+            let body = &t[end + 1..];
+            let label = body[..body.find("</text>")?].trim().to_string();
+            Some((attr(&t[..end], "x")?, attr(&t[..end], "y")?, label))
+        })
+        .collect()
+}
+
+/// Every `<rect>` with a fill: (x, y, width, height, fill).
+fn filled_rects(svg: &str) -> Vec<(f64, f64, f64, f64, String)> {
+    svg.split("<rect")
+        .skip(1)
+        .filter_map(|t| {
+            let tag = &t[..t.find('>')?];
+            let get = |name: &str| -> Option<&str> {
+                let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+                tag[at..].split('"').next()
+            };
+            let num = |name: &str| get(name).and_then(|v| v.parse::<f64>().ok());
+            let fill = get("fill")?;
+            (fill != "none").then(|| {
+                Some((
+                    num("x")?,
+                    num("y")?,
+                    num("width")?,
+                    num("height")?,
+                    fill.to_string(),
+                ))
+            })?
+        })
+        .collect()
+}
+
+fn hex(fill: &str) -> (u8, u8, u8) {
+    let v = u32::from_str_radix(fill.trim_start_matches('#'), 16).expect("a #RRGGBB fill");
+    ((v >> 16) as u8, (v >> 8) as u8, v as u8)
+}
+
+#[test]
+fn a_log_axis_over_196_to_2441_ms_is_labelled_1_2_5() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let walls = [196.0, 240.0, 310.0, 420.0, 700.0, 1200.0, 2441.0];
+    let a = walls_csv(d.path(), "a.csv", &walls);
+    let b = walls_csv(d.path(), "b.csv", &walls.map(|w| w * 0.9 + 20.0));
+    let svg_path = d.path().join("cmp.svg");
+    let out = run(&[
+        "metrics",
+        "--compare",
+        &a,
+        &b,
+        "--plot",
+        svg_path.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&svg_path).expect("plot written");
+    let labels = texts(&svg);
+    // Both panels (over tokens, ECDF) carry the wall-time axis: each label twice, not only
+    // 1000 and 2000 as plotters' decade labels gave.
+    for want in ["200", "500", "1000", "2000"] {
+        let n = labels.iter().filter(|l| *l == want).count();
+        assert_eq!(n, 2, "label {want} on both wall-time axes: {labels:?}");
+    }
+}
+
+/// The legend panel starts here (the picture less [`LEGEND_PANEL_PX`] = 250).
+const LEGEND_X: f64 = 750.0;
+
+/// In a heat map SVG the data cells stay left of the legend panel and the legend (its
+/// swatches and labels) right of it; returns the swatch fills, top to bottom.
+fn legend_outside_the_data(svg: &str, labels: &[&str]) -> Vec<(u8, u8, u8)> {
+    let rects = filled_rects(svg);
+    let mut swatches = Vec::new();
+    let mut cells = 0;
+    for (x, y, w, h, fill) in &rects {
+        if *w >= 999.0 {
+            continue; // the white background
+        }
+        if *x >= LEGEND_X {
+            assert!(
+                *w <= 20.0 && *h <= 20.0,
+                "only swatches in the panel: {x},{y} {w}x{h}"
+            );
+            swatches.push((*y, hex(fill)));
+        } else {
+            assert!(
+                x + w <= LEGEND_X + 0.5,
+                "a data cell reaches into the legend: {x}+{w}"
+            );
+            cells += 1;
+        }
+    }
+    assert!(cells > 0, "data cells drawn");
+    let placed = placed_texts(svg);
+    for l in labels {
+        let (x, _, _) = placed
+            .iter()
+            .find(|(_, _, t)| t.contains(l))
+            .unwrap_or_else(|| panic!("legend label {l:?}"));
+        assert!(
+            *x >= LEGEND_X,
+            "legend label {l:?} at x={x}, inside the data area"
+        );
+    }
+    swatches.sort_by(|a, b| a.0.total_cmp(&b.0));
+    swatches.into_iter().map(|(_, c)| c).collect()
+}
+
+fn plot_svg(args: &[&str], input: &str) -> String {
+    let d = tempfile::tempdir().expect("tempdir");
+    let trace = d.path().join("t.csv");
+    std::fs::write(&trace, input).expect("write");
+    let out_path = d.path().join("p.svg");
+    let mut a = vec![args[0], trace.to_str().expect("utf-8")];
+    a.extend_from_slice(&args[1..]);
+    a.extend_from_slice(&["--plot", out_path.to_str().expect("utf-8")]);
+    let out = run(&a);
+    assert!(out.status.success(), "{a:?}: {}", text(&out.stderr));
+    std::fs::read_to_string(&out_path).expect("plot written")
+}
+
+#[test]
+fn heat_map_legends_sit_beside_the_data_and_the_hit_scale_is_colour_blind_safe() {
+    let real = shared_file("realdata/2026-07-15-route-trace/qwen.route.csv")
+        .map(|p| std::fs::read_to_string(p).expect("read qwen trace"));
+    for input in std::iter::once(ROUTE.to_string()).chain(real) {
+        let hot = plot_svg(&["route", "--view", "hot"], &input);
+        let fills = legend_outside_the_data(&hot, &["never routed", "rarely routed", "hottest ("]);
+        assert_eq!(fills.len(), 3);
+        let hit = plot_svg(&["route", "--view", "matrix", "--cells", "hit"], &input);
+        let scale = legend_outside_the_data(
+            &hit,
+            &["0% (all read from flash)", "50%", "100% (all hits)"],
+        );
+        assert_eq!(scale.len(), 5, "{scale:?}");
+        let red_ish =
+            |&(r, g, b): &(u8, u8, u8)| r > g.saturating_add(60) && r > b.saturating_add(60);
+        let green_ish =
+            |&(r, g, b): &(u8, u8, u8)| g > r.saturating_add(60) && g > b.saturating_add(60);
+        assert!(
+            !(scale.iter().any(red_ish) && scale.iter().any(green_ish)),
+            "a red/green pair in the hit scale: {scale:?}"
+        );
+        // Sequential: lighter with more hits, so it also reads in greyscale.
+        let lum = |&(r, g, b): &(u8, u8, u8)| {
+            0.2126 * f64::from(r) + 0.7152 * f64::from(g) + 0.0722 * f64::from(b)
+        };
+        let l: Vec<f64> = scale.iter().map(lum).collect();
+        assert!(l.windows(2).all(|w| w[1] > w[0] + 20.0), "{l:?}");
+        // Every data cell takes a colour of the same scale's ends or between (no red, no green
+        // pure hue): the all-miss and all-hit cells are the legend's ends.
+        let cells: std::collections::HashSet<(u8, u8, u8)> = filled_rects(&hit)
+            .iter()
+            .filter(|r| r.0 < LEGEND_X && r.2 < 999.0)
+            .map(|r| hex(&r.4))
+            .collect();
+        assert!(cells.iter().all(|c| !red_ish(c)), "{cells:?}");
+    }
+}
+
+#[test]
+fn reuse_bucket_labels_sit_under_the_centre_of_every_bar() {
+    let Some(q) = shared_file("realdata/2026-07-15-route-trace/qwen.route.csv") else {
+        return;
+    };
+    let svg = plot_svg(
+        &["route", "--view", "reuse"],
+        &std::fs::read_to_string(q).expect("read"),
+    );
+    let bars: Vec<f64> = filled_rects(&svg)
+        .iter()
+        .filter(|r| r.4 == "#506D97")
+        .map(|r| r.0 + r.2 / 2.0)
+        .collect();
+    let buckets = ["1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127"];
+    assert_eq!(
+        bars.len(),
+        buckets.len(),
+        "the qwen decode histogram has 7 buckets"
+    );
+    let placed = placed_texts(&svg);
+    for (centre, want) in bars.iter().zip(buckets) {
+        let (x, _, _) = placed
+            .iter()
+            .find(|(_, _, t)| t == want)
+            .unwrap_or_else(|| panic!("bucket label {want}: {placed:?}"));
+        assert!(
+            (x - centre).abs() <= 1.0,
+            "{want} at x={x}, its bar's centre is {centre}"
+        );
+    }
 }

@@ -42,7 +42,10 @@ use std::path::{Path, PathBuf};
 use crate::cell::{Cell, SHORTEST};
 use crate::error::{Error, Result};
 use crate::kv::{KvMap, format_pair, format_set_pairs, parse_kv_line};
-use crate::table::{Line, Preamble, RowCursor, TableReader, Truncated, open_buffered, opt_cell};
+use crate::table::{
+    Line, Preamble, RowCursor, TableReader, Truncated, cut_line, ensure_complete, ensure_width,
+    open_buffered, opt_cell,
+};
 
 /// The magic first line of a v2 file.
 pub const MAGIC_V2: &str = "# bmoe_metrics v2";
@@ -78,7 +81,9 @@ macro_rules! token_row {
                     let $name = opt_cell::<$ty>(map[i], f, path, stringify!($name))?;
                     i += 1;
                 )*
-                Ok(TokenRow { $( $name, )* })
+                let row = TokenRow { $( $name, )* };
+                row.check_durations(map, f, path)?;
+                Ok(row)
             }
 
             /// The value of column `name` as a float (integers converted), `None` when the
@@ -175,7 +180,45 @@ token_row! {
     ra_wd_ms: f64 = 3;
 }
 
+/// Largest value a duration column (`*_ms`) may hold: 10^9 ms, 11.6 days for one token. No
+/// token takes that long (the slowest recorded one took 18.5 s), so a larger value is a
+/// corrupted cell — and one such value would swamp every mean, or overflow a sum to `inf`.
+pub const MAX_DURATION_MS: f64 = 1e9;
+
+/// What a duration cell may hold.
+const DURATION_MS_EXPECTED: &str =
+    "expected a duration in ms: a finite number from 0 to 1e9 (11.6 days)";
+
+/// Whether column `name` of [`TOKEN_COLUMNS`] is a duration in ms (the `*_ms` columns:
+/// `wall_ms`, `io_ms`, `compute_ms`, `stall_ms`, `mgmt_ms`, `cpu_ms`, `loop_overhead_ms`, …).
+#[must_use]
+pub fn is_duration_column(name: &str) -> bool {
+    name.ends_with("_ms")
+}
+
 impl TokenRow {
+    /// The duration rule: every `*_ms` cell is finite and within `0..=MAX_DURATION_MS` (the
+    /// writer never emits anything else: durations are measured, `0` when off). NaN, ±inf, a
+    /// negative or a huge value is an error naming the line and column, so no reader averages
+    /// it in.
+    fn check_durations(
+        &self,
+        map: &[Option<usize>; 29],
+        f: &crate::table::Fields<'_>,
+        path: &Path,
+    ) -> Result<()> {
+        let values = self.to_f64_array();
+        for (i, name) in TOKEN_COLUMNS.iter().enumerate() {
+            let Some(v) = values[i] else { continue };
+            if !is_duration_column(name) || (0.0..=MAX_DURATION_MS).contains(&v) {
+                continue;
+            }
+            let raw = map[i].and_then(|c| f.get(c)).unwrap_or_default();
+            return Err(Error::field(path, f.line, name, DURATION_MS_EXPECTED, raw));
+        }
+        Ok(())
+    }
+
     /// The seed's header row, comma-joined.
     pub fn header() -> String {
         TOKEN_COLUMNS.join(",")
@@ -773,8 +816,8 @@ impl<R: BufRead> MetricsReader<R> {
         &self.comments
     }
 
-    /// Set when the file's last line was cut short (no newline and unreadable): every row
-    /// before it was returned; this one was not.
+    /// Set when the file's last line was cut short (no newline, whether or not it parses):
+    /// every row before it was returned; this one was not.
     pub fn truncated(&self) -> Option<&Truncated> {
         self.cursor.truncated.as_ref()
     }
@@ -790,14 +833,30 @@ impl<R: BufRead> MetricsReader<R> {
     }
 
     fn next_row(&mut self) -> Result<Option<TokenRow>> {
+        let width = self.table.header().len();
         loop {
             match self.table.next_line()? {
                 None => return Ok(None),
-                Some(Line::Comment { text, line }) => match SummaryTrailer::parse(text, line) {
-                    Some(t) => self.summaries.push(t),
-                    None => self.comments.push((line, text.to_string())),
-                },
-                Some(Line::Row(f)) => return TokenRow::parse(&self.map, &f, &self.path).map(Some),
+                Some(Line::Comment {
+                    text,
+                    line,
+                    complete,
+                }) => {
+                    if !complete {
+                        // A trailer cut short would carry wrong totals (`tokens=25` → `2`):
+                        // the torn-row rule applies to it as to a row.
+                        return Err(cut_line(&self.path, line));
+                    }
+                    match SummaryTrailer::parse(text, line) {
+                        Some(t) => self.summaries.push(t),
+                        None => self.comments.push((line, text.to_string())),
+                    }
+                }
+                Some(Line::Row(f)) => {
+                    ensure_complete(&f, &self.path)?;
+                    ensure_width(&f, width, &self.path)?;
+                    return TokenRow::parse(&self.map, &f, &self.path).map(Some);
+                }
             }
         }
     }
@@ -983,6 +1042,68 @@ mod tests {
         );
         t.set_interrupted(false);
         assert_eq!(t.interrupted(), Some(false));
+    }
+
+    #[test]
+    fn a_torn_last_row_is_left_out_even_when_it_parses() {
+        // `305.5` cut to `30`: the row would parse, with a wrong wall time.
+        let text = "step,steps,wall_ms\n1,2,3.0\n2,2,30";
+        let mut r = MetricsReader::new(text.as_bytes(), "t").expect("open");
+        let rows: Vec<_> = r.by_ref().collect::<Result<_>>().expect("rows");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(r.truncated().map(|t| t.line), Some(3));
+        // A cut trailer would carry wrong totals: left out the same way.
+        let text = "step,steps,wall_ms\n1,1,3.0\n# summary tokens=1 s/tok=0.0";
+        let mut r = MetricsReader::new(text.as_bytes(), "t").expect("open");
+        assert_eq!(r.by_ref().count(), 1);
+        assert!(r.summaries().is_empty());
+        assert_eq!(r.truncated().map(|t| t.line), Some(3));
+    }
+
+    #[test]
+    fn durations_must_be_finite_non_negative_and_bounded() {
+        for column in ["wall_ms", "io_ms", "mgmt_ms", "cpu_ms"] {
+            for bad in [
+                "nan",
+                "NaN",
+                "inf",
+                "-inf",
+                "-1",
+                "-0.001",
+                "1e308",
+                "1000000001",
+            ] {
+                let text = format!("step,{column}\n1,{bad}\n");
+                let mut r = MetricsReader::new(text.as_bytes(), "t").expect("open");
+                let e = r.next().expect("a row").expect_err(bad).to_string();
+                assert!(
+                    e.starts_with(&format!(
+                        "t:2: column `{column}`: expected a duration in ms"
+                    )),
+                    "{column}={bad}: {e}"
+                );
+            }
+            for good in ["0", "-0", "0.001", "18533.655", "1000000000"] {
+                let text = format!("step,{column}\n1,{good}\n");
+                let mut r = MetricsReader::new(text.as_bytes(), "t").expect("open");
+                assert!(r.next().expect("a row").is_ok(), "{column}={good}");
+            }
+        }
+        // A row wider than the header is a garbage or merged line, not a token.
+        let mut r = MetricsReader::new("step,wall_ms\n1,2.0,oops\n".as_bytes(), "t").expect("open");
+        let e = r.next().expect("a row").expect_err("wide").to_string();
+        assert!(
+            e.starts_with("t:2: 3 fields, but the header has 2 columns"),
+            "{e}"
+        );
+        // Columns that are not durations keep their own conventions (-1 = no cache).
+        let mut r =
+            MetricsReader::new("step,cache_hit_pct\n1,-1.00\n".as_bytes(), "t").expect("open");
+        assert_eq!(
+            r.next().and_then(|x| x.ok()).and_then(|x| x.cache_hit_pct),
+            Some(-1.0)
+        );
+        assert!(is_duration_column("loop_overhead_ms") && !is_duration_column("rss_mib"));
     }
 
     #[test]

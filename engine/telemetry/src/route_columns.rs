@@ -4,7 +4,7 @@
 //! (magic line, preamble, header, required columns) is read by it, and every row goes through
 //! the same [`RouteRow`] parser, so the errors, the row rules (blank lines and repeated headers
 //! skipped, `#` lines after the header ignored, quoting) and the end-of-file rule (a last line
-//! without a newline that does not parse is [`RouteTable::truncated`], not an error) are the
+//! without a newline is [`RouteTable::truncated`] and left out, not an error) are the
 //! row reader's. What differs is only how lines are fetched and where rows go:
 //!
 //! * lines are split in place inside 4 MiB chunks (no per-line copy);
@@ -33,7 +33,10 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::table::{Fields, MAX_LINE_BYTES, Truncated, is_cut_short, line_too_long, split_line};
+use crate::table::{
+    Fields, MAX_LINE_BYTES, Truncated, cut_line, ensure_width, is_cut_short, line_too_long,
+    split_line,
+};
 use crate::trace::{ROUTE_COLUMNS, RouteRow, RouteTraceInfo, TraceReader, TraceRow};
 
 /// Files with at least this many bytes are parsed by two threads.
@@ -182,6 +185,7 @@ impl RouteTable {
         let body_start = head.table.bytes_consumed();
         let first_line = head.table.line_no();
         let header = head.table.header_raw().to_vec();
+        let columns = head.table.header().len();
         let mut src = head.table.into_source();
         let size = src
             .get_ref()
@@ -192,6 +196,7 @@ impl RouteTable {
             path,
             map: &head.map,
             header: &header,
+            columns,
             select: *select,
         };
         let mut table = Self::empty(path, head.info, &head.map, head.truncated);
@@ -257,6 +262,7 @@ impl RouteTable {
             path: label,
             map: &head.map,
             header: &header,
+            columns: head.table.header().len(),
             select: *select,
         };
         let mut table = Self::empty(label, head.info.clone(), &head.map, head.truncated.clone());
@@ -309,6 +315,8 @@ struct Context<'a> {
     path: &'a Path,
     map: &'a [Option<usize>],
     header: &'a [u8],
+    /// Columns of the header row (a row may not have more fields).
+    columns: usize,
     select: RouteSelect,
 }
 
@@ -424,6 +432,10 @@ impl Part {
                 .map(|_| ())
                 .map_err(|_| Error::line(ctx.path, line, "comment line is not UTF-8"));
         }
+        if !complete {
+            // The row reader's torn-row rule (`table::ensure_complete`).
+            return Err(cut_line(ctx.path, line));
+        }
         let in_text = split_line(text, 0, &mut self.spans, &mut self.unquoted)
             .map_err(|m| Error::line(ctx.path, line, m))?;
         let fields = Fields::new(
@@ -432,6 +444,7 @@ impl Part {
             line,
             complete,
         );
+        ensure_width(&fields, ctx.columns, ctx.path)?;
         let row = RouteRow::parse(ctx.map, &fields, ctx.path)?;
         self.total_rows += 1;
         if !ctx.select.keeps(&row) {
@@ -678,6 +691,8 @@ turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n\
             ("0,1,5,0,0,3,0.7,1,0", "0,1,5,0,0,3,0.7,7,0"),
             ("0,1,5,0,0,3,0.7,1,0", "0,1,5,0"),
             ("0,1,5,0,0,3,0.7,1,0", "0,1,5,0,0,3,0.7,1,\"0"),
+            // A field past the header's nine columns: a garbage or merged line.
+            ("0,1,5,0,0,3,0.7,1,0", "0,1,5,0,0,3,0.7,1,0,oops"),
             ("turn,phase", "turn,phaze"),
             ("# route_trace v1", "# io_trace v1"),
         ] {
@@ -702,6 +717,23 @@ turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n\
         assert_same_as_row_reader(&cut);
         // ...but a bad complete last line is an error.
         assert!(columns(&format!("{SMALL}0,1,6,0,0,3,0.\n"), &ALL).is_err());
+        // A cut that still parses (`4096` cut to `40`) is a torn row too: left out, noted.
+        let torn = format!("{SMALL}0,1,6,0,0,3,0.5,0,40");
+        let t = columns(&torn, &ALL).expect("torn is not an error");
+        assert_eq!(t.truncated.as_ref().map(|c| c.line), Some(10));
+        assert_eq!(t.columns.len(), 4);
+        assert_same_as_row_reader(&torn);
+        // Weights the contract rules out are errors naming the line, in both readers.
+        for w in ["inf", "-inf", "-0.5", "1e308", "1001"] {
+            let bad = SMALL.replace("0,1,5,0,0,3,0.7,1,0", &format!("0,1,5,0,0,3,{w},1,0"));
+            let e = columns(&bad, &ALL).expect_err(w);
+            assert!(
+                e.to_string()
+                    .starts_with("t.csv:8: column `weight`: expected a routing weight"),
+                "{w}: {e}"
+            );
+            assert_same_as_row_reader(&bad);
+        }
     }
 
     #[test]

@@ -132,6 +132,8 @@ pub enum Line<'a> {
         text: &'a str,
         /// 1-based line number.
         line: u64,
+        /// Whether the line ended with a newline (see [`Fields::complete`]).
+        complete: bool,
     },
 }
 
@@ -327,7 +329,11 @@ impl<R: BufRead> TableReader<R> {
                 let line = self.line_no;
                 let s = std::str::from_utf8(&self.raw[start..end])
                     .map_err(|_| Error::line(&self.path, line, "comment line is not UTF-8"))?;
-                return Ok(Some(Line::Comment { text: s, line }));
+                return Ok(Some(Line::Comment {
+                    text: s,
+                    line,
+                    complete,
+                }));
             }
             if !self.header_raw.is_empty() && text == self.header_raw.as_slice() {
                 continue;
@@ -462,8 +468,9 @@ pub(crate) fn split_line(
     }
 }
 
-/// A row that could not be read because it is the file's last line and has no newline — the
-/// signature of a writer killed mid-row. Reported, not fatal: every row before it is good.
+/// A row left out because it is the file's last line and has no newline — the signature of a
+/// writer killed mid-row, whether or not the cut text still parses. Reported, not fatal: every
+/// row before it is good.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Truncated {
     /// 1-based line number of the cut line.
@@ -473,9 +480,9 @@ pub struct Truncated {
 }
 
 /// Where a typed row iterator stands: rows returned, whether it has ended, and the truncation
-/// it found. Every reader of this crate steps through it, so the end-of-file rule — an error on
-/// a last line that has no newline is a cut-short file, reported by `truncated()`, not a
-/// failure — is stated once.
+/// it found. Every reader of this crate steps through it, so the end-of-file rule — a last line
+/// that has no newline is a cut-short file, reported by `truncated()` and left out, not a
+/// failure (see [`ensure_complete`]) — is stated once.
 #[derive(Debug)]
 pub(crate) struct RowCursor {
     /// The cut-short last line, when there was one.
@@ -536,6 +543,45 @@ impl RowCursor {
 /// writer — reported as [`Truncated`], not a failure — unless the OS failed the read.
 pub(crate) fn is_cut_short(e: &Error, line_complete: bool) -> bool {
     !line_complete && !matches!(e, Error::Io { .. })
+}
+
+/// The torn-row rule: a row on a line without a newline — necessarily the file's last — is
+/// where a killed writer stopped, possibly inside a field (`3059712` cut to `305` still
+/// parses), so it is never a row, whether it parses or not. The error this returns is turned
+/// into [`Truncated`] by [`RowCursor::settle`] (and by the columnar route reader), so every
+/// typed reader drops such a line and reports it instead of failing.
+pub(crate) fn ensure_complete(f: &Fields<'_>, path: &Path) -> Result<()> {
+    if f.complete {
+        Ok(())
+    } else {
+        Err(cut_line(path, f.line))
+    }
+}
+
+/// A row with more fields than the header has columns: a garbage or merged line (the writers
+/// always write one field per header column), refused rather than read by its first fields.
+pub(crate) fn ensure_width(f: &Fields<'_>, columns: usize, path: &Path) -> Result<()> {
+    if f.len() <= columns {
+        Ok(())
+    } else {
+        Err(Error::line(
+            path,
+            f.line,
+            format!(
+                "{} fields, but the header has {columns} columns (a garbage or merged line?)",
+                f.len()
+            ),
+        ))
+    }
+}
+
+/// The reason a line without a newline is left out (see [`ensure_complete`]).
+pub(crate) fn cut_line(path: &Path, line: u64) -> Error {
+    Error::line(
+        path,
+        line,
+        "no line end: the file ends inside this line (a writer killed mid-row?)",
+    )
 }
 
 /// Reads an optional column: `Ok(None)` when the header lacks it or the cell is empty.

@@ -10,8 +10,11 @@
 //!
 //! [`TraceReader`] is an `Iterator<Item = Result<Row>>` in constant memory: numeric rows are
 //! parsed straight from the line's bytes with no allocation (route and io rows are `Copy`);
-//! compute rows allocate their two strings. A last line cut short (no newline, unreadable) is
-//! reported by [`TraceReader::truncated`], not as an error. For bulk loading with another CSV
+//! compute rows allocate their two strings. A last line cut short (no newline, whether or not
+//! it parses) is left out and reported by [`TraceReader::truncated`], not as an error. Values
+//! the contract rules out are errors naming the line: a `weight` that is not NaN or in
+//! `0..=`[`MAX_WEIGHT`], a `wall_ns` / `latency_ns` above [`MAX_DURATION_NS`], a byte or fault
+//! count (`expert_bytes`, `req_bytes`, `read_bytes`, `majflt`) above [`MAX_ROW_COUNT`]. For bulk loading with another CSV
 //! engine use [`crate::table::read_head`] and the `*_COLUMNS` constants.
 //!
 //! # Writing
@@ -50,8 +53,8 @@ use crate::cell::{Cell, SHORTEST};
 use crate::error::{Error, Result};
 use crate::kv::{KvMap, format_set_pairs, parse_kv_line};
 use crate::table::{
-    Fields, Line, Preamble, RowCursor, TableReader, Truncated, open_buffered, opt_cell,
-    quote_field, req_cell, req_code, short_row,
+    Fields, Line, Preamble, RowCursor, TableReader, Truncated, ensure_complete, ensure_width,
+    open_buffered, opt_cell, quote_field, req_cell, req_code, short_row,
 };
 
 /// `phase` value of a prefill row (one batched decode over many tokens).
@@ -66,6 +69,82 @@ const RESIDENCY_EXPECTED: &str = "expected 0 (miss), 1 (hit) or 2 (prefetch hit)
 
 /// Significant digits of the route trace's `weight` column (`%.6g`, as recorded traces have).
 pub const WEIGHT_SIGNIFICANT_DIGITS: usize = 6;
+
+/// Largest routing weight the reader accepts. A router's gate is a probability (softmax or
+/// sigmoid, at most 1), scaled by at most a small factor (DeepSeek's `routed_scaling_factor`
+/// is 2.5); 1000 leaves room for any scaling while keeping every sum of weights finite, so a
+/// larger value is a corrupted cell, not a weight.
+pub const MAX_WEIGHT: f64 = 1e3;
+
+/// Largest duration a trace's `wall_ns` / `latency_ns` may hold: 10^15 ns (11.6 days for one
+/// node or one read), the same bound as the metrics CSV's [`crate::metrics::MAX_DURATION_MS`].
+/// Beyond it the cell is corrupted, and sums over a trace could overflow.
+pub const MAX_DURATION_NS: u64 = 1_000_000_000_000_000;
+
+/// What a `weight` cell may hold.
+const WEIGHT_EXPECTED: &str =
+    "expected a routing weight: `nan` (unknown) or a number from 0 to 1000";
+/// What a `wall_ns` / `latency_ns` cell may hold.
+const DURATION_NS_EXPECTED: &str =
+    "expected a duration in ns: an unsigned integer of at most 1e15 (11.6 days)";
+
+/// `weight`: NaN (the contract's "unknown") or a finite gate in `0..=MAX_WEIGHT`; an infinite,
+/// negative or huge value is refused with the line, never averaged in.
+fn req_weight(idx: usize, f: &Fields<'_>, path: &Path, column: &str) -> Result<f64> {
+    let w: f64 = req_cell(idx, f, path, column)?;
+    if w.is_nan() || (0.0..=MAX_WEIGHT).contains(&w) {
+        Ok(w)
+    } else {
+        Err(Error::field(
+            path,
+            f.line,
+            column,
+            WEIGHT_EXPECTED,
+            f.get(idx).unwrap_or_default(),
+        ))
+    }
+}
+
+/// Largest byte count (`expert_bytes`, `req_bytes`, `read_bytes`) or fault count (`majflt`)
+/// one row may hold: 2^40 (1 TiB, or 2^40 faults). No expert, read or node comes near it, and
+/// the analyses' sums over millions of rows stay far from `u64` overflow.
+pub const MAX_ROW_COUNT: u64 = 1 << 40;
+
+/// What a byte or fault count cell may hold.
+const COUNT_EXPECTED: &str = "expected an unsigned integer of at most 2^40 (1099511627776)";
+
+/// An unsigned cell of at most `max`; `expected` says what it may hold.
+fn req_at_most(
+    idx: usize,
+    f: &Fields<'_>,
+    path: &Path,
+    column: &str,
+    max: u64,
+    expected: &str,
+) -> Result<u64> {
+    let v: u64 = req_cell(idx, f, path, column)?;
+    if v <= max {
+        Ok(v)
+    } else {
+        Err(Error::field(
+            path,
+            f.line,
+            column,
+            expected,
+            f.get(idx).unwrap_or_default(),
+        ))
+    }
+}
+
+/// A duration in ns: at most [`MAX_DURATION_NS`].
+fn req_duration_ns(idx: usize, f: &Fields<'_>, path: &Path, column: &str) -> Result<u64> {
+    req_at_most(idx, f, path, column, MAX_DURATION_NS, DURATION_NS_EXPECTED)
+}
+
+/// A byte or fault count: at most [`MAX_ROW_COUNT`].
+fn req_count(idx: usize, f: &Fields<'_>, path: &Path, column: &str) -> Result<u64> {
+    req_at_most(idx, f, path, column, MAX_ROW_COUNT, COUNT_EXPECTED)
+}
 
 /// Route trace columns, in order (`dropped` was appended within v1).
 pub const ROUTE_COLUMNS: [&str; 10] = [
@@ -311,9 +390,9 @@ impl TraceRow for RouteRow {
             layer: req_cell(ix(3), f, path, c[3])?,
             slot: req_cell(ix(4), f, path, c[4])?,
             expert: req_cell(ix(5), f, path, c[5])?,
-            weight: req_cell(ix(6), f, path, c[6])?,
+            weight: req_weight(ix(6), f, path, c[6])?,
             residency: req_code(ix(7), f, path, c[7], 2, RESIDENCY_EXPECTED)?,
-            expert_bytes: req_cell(ix(8), f, path, c[8])?,
+            expert_bytes: req_count(ix(8), f, path, c[8])?,
             dropped: opt_cell(m[9], f, path, c[9])?,
         })
     }
@@ -453,8 +532,8 @@ impl TraceRow for ComputeRow {
             layer: req_cell(ix(4), f, path, c[4])?,
             op: req_string(ix(5), f, path, c[5])?,
             name: req_string(ix(6), f, path, c[6])?,
-            wall_ns: req_cell(ix(7), f, path, c[7])?,
-            majflt: req_cell(ix(8), f, path, c[8])?,
+            wall_ns: req_duration_ns(ix(7), f, path, c[7])?,
+            majflt: req_count(ix(8), f, path, c[8])?,
         })
     }
 
@@ -521,9 +600,9 @@ impl TraceRow for IoRow {
             lane: req_cell(ix(6), f, path, c[6])?,
             spec: req_cell(ix(7), f, path, c[7])?,
             offset: req_cell(ix(8), f, path, c[8])?,
-            req_bytes: req_cell(ix(9), f, path, c[9])?,
-            read_bytes: req_cell(ix(10), f, path, c[10])?,
-            latency_ns: req_cell(ix(11), f, path, c[11])?,
+            req_bytes: req_count(ix(9), f, path, c[9])?,
+            read_bytes: req_count(ix(10), f, path, c[10])?,
+            latency_ns: req_duration_ns(ix(11), f, path, c[11])?,
         })
     }
 
@@ -679,12 +758,17 @@ impl<R: BufRead, T: TraceRow> TraceReader<R, T> {
     }
 
     fn next_row(&mut self) -> Result<Option<T>> {
+        let width = self.table.header().len();
         loop {
             match self.table.next_line()? {
                 None => return Ok(None),
                 // Traces carry no trailer; a stray comment is skipped.
                 Some(Line::Comment { .. }) => continue,
-                Some(Line::Row(f)) => return T::parse(&self.map, &f, &self.path).map(Some),
+                Some(Line::Row(f)) => {
+                    ensure_complete(&f, &self.path)?;
+                    ensure_width(&f, width, &self.path)?;
+                    return T::parse(&self.map, &f, &self.path).map(Some);
+                }
             }
         }
     }
@@ -806,6 +890,87 @@ mod tests {
         assert_eq!(rows[0].weight, 1.23457e-05);
         assert!(rows[1].weight.is_nan());
         assert_eq!(rows[1].dropped, None);
+    }
+
+    #[test]
+    fn weights_and_durations_outside_the_contract_name_the_line() {
+        let route = |w: &str| {
+            let text = format!(
+                "# route_trace v1\nturn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n0,1,5,0,0,3,{w},1,0\n"
+            );
+            TraceReader::<_, RouteRow>::new(text.as_bytes(), "r.csv")
+                .expect("head")
+                .next()
+                .expect("a row")
+        };
+        for bad in ["inf", "-inf", "-1", "-0.25", "1e308", "1000.5"] {
+            let e = route(bad).expect_err(bad).to_string();
+            assert!(
+                e.starts_with("r.csv:3: column `weight`: expected a routing weight"),
+                "{bad}: {e}"
+            );
+        }
+        for good in ["nan", "0", "-0", "1e-05", "0.7", "2.5", "1000"] {
+            assert!(route(good).is_ok(), "{good}");
+        }
+        let io = |lat: &str| {
+            let text = format!(
+                "# io_trace v1\n{}\n0,1,5,0,3,0,0,0,0,4096,4096,{lat}\n",
+                IO_COLUMNS.join(",")
+            );
+            TraceReader::<_, IoRow>::new(text.as_bytes(), "io.csv")
+                .expect("head")
+                .next()
+                .expect("a row")
+        };
+        let e = io("18446744073709551615").expect_err("huge").to_string();
+        assert!(
+            e.starts_with("io.csv:3: column `latency_ns`: expected a duration in ns"),
+            "{e}"
+        );
+        assert!(io("1000000000000000").is_ok());
+        let compute = |ns: &str| {
+            let text = format!(
+                "# compute_trace v1\n{}\n0,1,5,0,0,ADD,x,{ns},0\n",
+                COMPUTE_COLUMNS.join(",")
+            );
+            TraceReader::<_, ComputeRow>::new(text.as_bytes(), "c.csv")
+                .expect("head")
+                .next()
+                .expect("a row")
+        };
+        assert!(compute("1000000000000001").is_err() && compute("9949").is_ok());
+        // Byte counts: 2^40 at most, so sums over a trace cannot overflow.
+        let bytes = |b: &str| {
+            let text = format!(
+                "# route_trace v1\nturn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n0,1,5,0,0,3,0.5,0,{b}\n"
+            );
+            TraceReader::<_, RouteRow>::new(text.as_bytes(), "r.csv")
+                .expect("head")
+                .next()
+                .expect("a row")
+        };
+        let e = bytes("18446744073709551615").expect_err("huge").to_string();
+        assert!(
+            e.starts_with(
+                "r.csv:3: column `expert_bytes`: expected an unsigned integer of at most 2^40"
+            ),
+            "{e}"
+        );
+        assert!(bytes("1099511627776").is_ok() && bytes("3059712").is_ok());
+    }
+
+    #[test]
+    fn a_torn_last_row_is_left_out_even_when_it_parses() {
+        // `3059712` cut to `305`: it parses, but it is not what was read.
+        let text = format!(
+            "# io_trace v1\n{}\n0,1,5,0,3,0,0,0,0,4096,4096,3059712\n0,1,5,0,4,0,0,0,0,4096,4096,305",
+            IO_COLUMNS.join(",")
+        );
+        let mut r = TraceReader::<_, IoRow>::new(text.as_bytes(), "io.csv").expect("head");
+        let rows: Vec<IoRow> = r.by_ref().collect::<Result<_>>().expect("rows");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(r.truncated().map(|t| t.line), Some(4));
     }
 
     #[test]

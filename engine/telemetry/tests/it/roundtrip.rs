@@ -17,8 +17,8 @@ use bmoe_telemetry::summary::{
     SpecCost, SummaryLine, parse_summary_line,
 };
 use bmoe_telemetry::trace::{
-    ComputeRow, DecodeTraceInfo, IoRow, LayerBytes, RouteRow, RouteTraceInfo, TraceReader,
-    TraceRow, TraceWriter,
+    ComputeRow, DecodeTraceInfo, IoRow, LayerBytes, MAX_DURATION_NS, MAX_ROW_COUNT, MAX_WEIGHT,
+    RouteRow, RouteTraceInfo, TraceReader, TraceRow, TraceWriter,
 };
 use proptest::prelude::*;
 
@@ -212,15 +212,17 @@ prop_compose! {
         ints in proptest::collection::vec(proptest::option::of(any::<u64>()), 6),
         f in proptest::collection::vec(opt_f(-1e9..1e9), 23),
     ) -> TokenRow {
+        // Durations (`*_ms`) are never negative: the reader refuses that (MAX_DURATION_MS).
+        let d = |x: Option<f64>| x.map(f64::abs);
         TokenRow {
-            step: ints[0], steps: ints[1], wall_ms: f[0], io_ms: f[1], compute_ms: f[2],
-            read_bytes: ints[2], cache_hit_pct: f[3], stall_ms: f[4], mgmt_ms: f[5],
-            majflt: ints[3], cpu_ms: f[6], dense_resident_frac: f[7], turn: ints[4],
+            step: ints[0], steps: ints[1], wall_ms: d(f[0]), io_ms: d(f[1]), compute_ms: d(f[2]),
+            read_bytes: ints[2], cache_hit_pct: f[3], stall_ms: d(f[4]), mgmt_ms: d(f[5]),
+            majflt: ints[3], cpu_ms: d(f[6]), dense_resident_frac: f[7], turn: ints[4],
             majflt_mib: f[8], cache_budget_mib: f[9], rss_mib: f[10], rss_anon_mib: f[11],
             rss_file_mib: f[12], swap_mib: f[13], mem_available_mib: f[14], mem_free_mib: f[15],
-            swap_free_mib: f[16], loop_overhead_ms: f[17], mtp_batch: ints[5],
-            mtp_draft_ms: f[18], drain_ms: f[19], adopt_ms: f[20], ra_issue_ms: f[21],
-            ra_wd_ms: f[22],
+            swap_free_mib: f[16], loop_overhead_ms: d(f[17]), mtp_batch: ints[5],
+            mtp_draft_ms: d(f[18]), drain_ms: d(f[19]), adopt_ms: d(f[20]), ra_issue_ms: d(f[21]),
+            ra_wd_ms: d(f[22]),
         }
     }
 }
@@ -351,8 +353,9 @@ prop_compose! {
     fn route_row()(
         (turn, phase, step, layer, slot, expert) in
             (any::<u32>(), 0u8..2, any::<i64>(), any::<u32>(), any::<u32>(), any::<u32>()),
-        weight in prop_oneof![any::<f64>().prop_filter("finite", |w| w.is_finite()), any::<f32>().prop_map(f64::from), Just(f64::NAN)],
-        (residency, expert_bytes, dropped) in (0u8..3, any::<u64>(), any::<Option<bool>>()),
+        // The weights the reader accepts: NaN (unknown) or a gate in 0..=MAX_WEIGHT.
+        weight in prop_oneof![0.0..=MAX_WEIGHT, (0f32..=1000f32).prop_map(f64::from), Just(f64::NAN), Just(0.0), Just(MAX_WEIGHT), Just(1.23457e-300)],
+        (residency, expert_bytes, dropped) in (0u8..3, 0..=MAX_ROW_COUNT, any::<Option<bool>>()),
     ) -> RouteRow {
         RouteRow { turn, phase, step, layer, slot, expert, weight, residency, expert_bytes, dropped }
     }
@@ -377,7 +380,7 @@ prop_compose! {
         op in "[A-Z_]{1,12}",
         // Raw node names: anything but a line break (the writer turns those into spaces).
         name in "[^\r\n]{0,24}",
-        (wall_ns, majflt) in (any::<u64>(), any::<u64>()),
+        (wall_ns, majflt) in (0..=MAX_DURATION_NS, 0..=MAX_ROW_COUNT),
     ) -> ComputeRow {
         ComputeRow { turn, phase, step, seq, layer, op, name, wall_ns, majflt }
     }
@@ -388,7 +391,7 @@ prop_compose! {
         (turn, phase, step, layer, expert, proj) in
             (any::<u32>(), 0u8..2, any::<i64>(), any::<u32>(), any::<u32>(), any::<u8>()),
         (lane, spec, offset, req_bytes, read_bytes, latency_ns) in
-            (any::<u32>(), any::<bool>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+            (any::<u32>(), any::<bool>(), any::<u64>(), 0..=MAX_ROW_COUNT, 0..=MAX_ROW_COUNT, 0..=MAX_DURATION_NS),
     ) -> IoRow {
         IoRow { turn, phase, step, layer, expert, proj, lane, spec, offset, req_bytes, read_bytes, latency_ns }
     }
