@@ -113,7 +113,10 @@ fn exports_warnings_and_rejections_on_known_numbers() {
         assert!(md.contains(&want), "{want}: {md}");
     }
     assert!(
-        err.contains("run s/b/r5: rejected:") && err.contains("wall_ms = NaN is not a duration"),
+        // The metrics reader refuses the NaN with the CSV's file:line (bmoe-telemetry's rule).
+        err.contains("run s/b/r5: rejected:")
+            && err.contains("metrics.csv:6: column `wall_ms`")
+            && err.contains("(found \"NaN\")"),
         "{err}"
     );
     assert!(md.contains("r5 (s/b/r5): rejected:"), "{md}");
