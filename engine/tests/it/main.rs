@@ -7,6 +7,7 @@ mod cli_usage;
 mod decide;
 mod dense_split;
 mod gates;
+mod hostile_model;
 mod overlap;
 mod reasoning;
 mod session;
