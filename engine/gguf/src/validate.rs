@@ -14,10 +14,11 @@
 //! (ggml/src/gguf.cpp: each tensor starts where the previous one ends) are checked, where
 //! llama.cpp would refuse the file anyway, so `inspect` and the engine agree.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::{GgufError, Result};
-use crate::reader::{GgufFile, GgufModel};
+use crate::reader::{GgufFile, GgufModel, ModelTensor};
 use crate::value::{MetaValue, escape};
 
 /// llama.cpp's `LLAMA_MAX_LAYERS` (src/llama-hparams.h).
@@ -119,6 +120,8 @@ pub fn validate(model: &GgufModel) -> Result<()> {
 
 struct Checker<'a> {
     model: &'a GgufModel,
+    /// Tensors by name: a hostile file may hold many, and each layer looks up a dozen names.
+    by_name: HashMap<&'a str, &'a ModelTensor>,
     first: &'a GgufFile,
     arch: String,
     n_layer: u32,
@@ -131,6 +134,11 @@ impl<'a> Checker<'a> {
         let first = &model.shards()[0];
         let mut c = Checker {
             model,
+            by_name: model
+                .tensors()
+                .iter()
+                .map(|t| (t.info.name.as_str(), t))
+                .collect(),
             first,
             arch: String::new(),
             n_layer: 0,
@@ -169,6 +177,10 @@ impl<'a> Checker<'a> {
         c.u32_required(&c.key("context_length"))?;
         c.n_expert = c.u32_opt(&c.key("expert_count"))?.unwrap_or(0);
         Ok(c)
+    }
+
+    fn tensor(&self, name: &str) -> Option<&'a ModelTensor> {
+        self.by_name.get(name).copied()
     }
 
     fn key(&self, k: &str) -> String {
@@ -467,7 +479,7 @@ impl<'a> Checker<'a> {
 
     /// If tensor `name` exists, its dims must be `want`.
     fn expect_dims(&self, name: &str, want: &[u64]) -> Result<()> {
-        if let Some(t) = self.model.tensor(name)
+        if let Some(t) = self.tensor(name)
             && t.info.dims != want
         {
             return Err(self.fail_tensor(
@@ -560,7 +572,7 @@ impl<'a> Checker<'a> {
         }
         let n_vocab = self.n_vocab();
         for name in ["token_embd.weight", "output.weight"] {
-            if let Some(t) = self.model.tensor(name) {
+            if let Some(t) = self.tensor(name) {
                 let d = &t.info.dims;
                 let ok = d.len() == 2 && d[0] == e && n_vocab.is_none_or(|v| d[1] == v);
                 if !ok {
@@ -591,7 +603,7 @@ impl<'a> Checker<'a> {
             let f = ff.as_ref().map(|v| u64::from(v[il]));
             for kind in ["gate", "up", "down", "gate_up"] {
                 let name = format!("blk.{il}.ffn_{kind}_exps.weight");
-                let Some(t) = self.model.tensor(&name) else {
+                let Some(t) = self.tensor(&name) else {
                     continue;
                 };
                 let d = &t.info.dims;
@@ -641,12 +653,12 @@ impl<'a> Checker<'a> {
         };
         for g in *global {
             let name = format!("{g}.weight");
-            if self.model.tensor(&name).is_none() {
+            if self.tensor(&name).is_none() {
                 return Err(missing(name));
             }
         }
         for il in 0..self.n_layer {
-            let has = |s: &str| self.model.tensor(&format!("blk.{il}.{s}.weight")).is_some();
+            let has = |s: &str| self.tensor(&format!("blk.{il}.{s}.weight")).is_some();
             for s in per_layer.iter().copied() {
                 if !has(s) {
                     return Err(missing(format!("blk.{il}.{s}.weight")));
