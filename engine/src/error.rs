@@ -34,13 +34,21 @@ pub enum EngineError {
     #[error(transparent)]
     Model(#[from] ModelError),
     /// `--moe-stream` on an architecture without a streaming recipe.
-    #[error("no MoE recipe for architecture '{arch}' — --moe-stream cannot find its experts")]
+    #[error(
+        "{}: no MoE recipe for architecture '{}' — --moe-stream cannot find its experts",
+        model.display(), bmoe_gguf::escape(arch)
+    )]
     NoRecipe {
-        /// `general.architecture`.
+        /// The model file.
+        model: std::path::PathBuf,
+        /// `general.architecture` (as read; escaped when shown).
         arch: String,
     },
     /// `--n-expert-used` on a dense model.
-    #[error("--n-expert-used was set but the model is not MoE (no {arch}.expert_count)")]
+    #[error(
+        "--n-expert-used was set but the model is not MoE (no {}.expert_count)",
+        bmoe_gguf::escape(arch)
+    )]
     NotMoe {
         /// `general.architecture`.
         arch: String,

@@ -54,9 +54,39 @@ pub enum GgufError {
         /// What is wrong.
         message: String,
     },
+    /// The file parses, but a hyperparameter or the tensor layout is one llama.cpp would abort
+    /// on or refuse (or one bmoe cannot stream): caught before the file is handed to llama.cpp.
+    #[error("{}: {key}{}: {message}", path.display(), at_byte(*offset))]
+    Hparams {
+        /// The file (the shard holding the offending key or tensor).
+        path: PathBuf,
+        /// The metadata key or tensor name (escaped).
+        key: String,
+        /// Byte offset of the key's value or the tensor's info record, when known.
+        offset: Option<u64>,
+        /// What is wrong.
+        message: String,
+        /// What to do about it.
+        hint: String,
+    },
+    /// Writing was cancelled (a signal); the partial files were removed.
+    #[error("interrupted; removed the partial file(s) {}", list(removed))]
+    Interrupted {
+        /// The partial files removed.
+        removed: Vec<PathBuf>,
+    },
     /// A request that cannot be satisfied (bad dimensions, bad option value...).
     #[error("{0}")]
     Invalid(String),
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    v.join(", ")
+}
+
+fn at_byte(offset: Option<u64>) -> String {
+    offset.map_or_else(String::new, |o| format!(" (at byte {o})"))
 }
 
 impl GgufError {

@@ -116,10 +116,12 @@ pub struct ModelInfo {
 }
 
 fn meta_u32(get: &dyn Fn(&str) -> Option<MetaValue>, key: &str) -> Result<u32> {
-    let v = get(key).ok_or_else(|| GgufError::Invalid(format!("metadata key {key} is missing")))?;
+    let shown = crate::value::escape(key);
+    let v =
+        get(key).ok_or_else(|| GgufError::Invalid(format!("metadata key {shown} is missing")))?;
     v.as_u64()
         .and_then(|x| u32::try_from(x).ok())
-        .ok_or_else(|| GgufError::Invalid(format!("metadata key {key} is {v}, expected a u32")))
+        .ok_or_else(|| GgufError::Invalid(format!("metadata key {shown} is {v}, expected a u32")))
 }
 
 /// Layer index of a `blk.N.` tensor name.
@@ -177,6 +179,15 @@ impl ModelInfo {
         let n_layer = meta_u32(get, &format!("{arch}.block_count"))?;
         let n_expert = meta_u32(get, &format!("{arch}.expert_count")).unwrap_or(0);
         let n_expert_used = meta_u32(get, &format!("{arch}.expert_used_count")).unwrap_or(0);
+        // every layer holds at least one tensor, so a count above the tensors is a lie: refuse it
+        // before allocating a description per layer (0xffffffff layers would be 192 GiB)
+        if n_layer as usize > tensors.len() {
+            return Err(GgufError::Invalid(format!(
+                "metadata key {}.block_count is {n_layer} but the model has only {} tensors",
+                crate::value::escape(&arch),
+                tensors.len()
+            )));
+        }
         let mut layers: Vec<LayerInfo> = (0..n_layer)
             .map(|layer| LayerInfo {
                 layer,

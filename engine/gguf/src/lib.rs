@@ -11,6 +11,7 @@ pub mod parse;
 pub mod reader;
 mod sink;
 pub mod synth;
+pub mod validate;
 pub mod value;
 pub mod writer;
 
@@ -19,5 +20,6 @@ pub use ggml_type::GgmlType;
 pub use info::{ExpertTensor, LayerInfo, ModelInfo, ShardInfo};
 pub use parse::{GgufHeader, TensorInfo, parse_header};
 pub use reader::{GgufFile, GgufModel, ModelTensor};
-pub use value::{MetaArray, MetaValue, ValueType};
+pub use validate::validate;
+pub use value::{MetaArray, MetaValue, ValueType, escape};
 pub use writer::{TensorFill, TensorSpec};

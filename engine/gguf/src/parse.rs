@@ -5,7 +5,7 @@
 
 use crate::error::ParseError;
 use crate::ggml_type::GgmlType;
-use crate::value::{MetaArray, MetaValue, ValueType};
+use crate::value::{MetaArray, MetaValue, ValueType, escape};
 
 /// The GGUF magic bytes.
 pub const MAGIC: &[u8; 4] = b"GGUF";
@@ -33,6 +33,9 @@ pub struct TensorInfo {
     pub file_offset: u64,
     /// Size of the tensor data in bytes (without padding).
     pub n_bytes: u64,
+    /// Offset of this tensor's info record (its dims) in the header, for messages; 0 for a
+    /// planned tensor not read from a file.
+    pub info_offset: u64,
 }
 
 impl TensorInfo {
@@ -67,6 +70,8 @@ pub struct GgufHeader {
     pub version: u32,
     /// Metadata in file order.
     pub metadata: Vec<(String, MetaValue)>,
+    /// Byte offset of each metadata value's type tag (same order as `metadata`), for messages.
+    pub kv_offsets: Vec<u64>,
     /// Tensor infos in file order.
     pub tensors: Vec<TensorInfo>,
     /// Data alignment (`general.alignment` or 32).
@@ -81,6 +86,12 @@ impl GgufHeader {
     /// The value of metadata key `key`.
     pub fn get(&self, key: &str) -> Option<&MetaValue> {
         self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The byte offset of metadata key `key`'s value (its type tag), if the key is present.
+    pub fn kv_offset(&self, key: &str) -> Option<u64> {
+        let i = self.metadata.iter().position(|(k, _)| k == key)?;
+        self.kv_offsets.get(i).copied()
     }
 
     /// The tensor named `name`.
@@ -254,19 +265,23 @@ pub fn parse_header(buf: &[u8]) -> Result<GgufHeader, ParseError> {
     }
 
     let mut metadata = Vec::with_capacity(n_kv as usize);
+    let mut kv_offsets = Vec::with_capacity(n_kv as usize);
     for i in 0..n_kv {
         let key = c.string(&format!("metadata key #{i}"))?;
+        // keys reach messages: escaped, so a hostile file cannot put raw bytes on a terminal
+        let shown = escape(&key);
         let at = c.pos;
-        let tid = c.u32(&key)?;
+        let tid = c.u32(&shown)?;
         let ty = ValueType::from_id(tid).ok_or_else(|| ParseError {
             offset: at as u64,
-            message: format!("{key}: unknown metadata value type {tid}"),
+            message: format!("{shown}: unknown metadata value type {tid}"),
         })?;
-        let value = c.value(ty, &key, 0)?;
+        let value = c.value(ty, &shown, 0)?;
         if metadata.iter().any(|(k, _)| *k == key) {
-            return Err(c.err(format!("duplicate metadata key {key}")));
+            return Err(c.err(format!("duplicate metadata key {shown}")));
         }
         metadata.push((key, value));
+        kv_offsets.push(at as u64);
     }
 
     let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
@@ -281,7 +296,9 @@ pub fn parse_header(buf: &[u8]) -> Result<GgufHeader, ParseError> {
 
     let mut tensors: Vec<TensorInfo> = Vec::with_capacity(n_tensors as usize);
     for i in 0..n_tensors {
-        let name = c.string(&format!("tensor #{i} name"))?;
+        let raw_name = c.string(&format!("tensor #{i} name"))?;
+        let name = escape(&raw_name);
+        let info_offset = c.pos as u64;
         let at = c.pos;
         let n_dims = c.u32(&name)?;
         if n_dims as usize > MAX_DIMS {
@@ -326,16 +343,17 @@ pub fn parse_header(buf: &[u8]) -> Result<GgufHeader, ParseError> {
                 ),
             });
         }
-        if tensors.iter().any(|t| t.name == name) {
+        if tensors.iter().any(|t| t.name == raw_name) {
             return Err(c.err(format!("duplicate tensor name {name}")));
         }
         tensors.push(TensorInfo {
-            name,
+            name: raw_name,
             dims,
             ggml_type,
             rel_offset,
             file_offset: 0,
             n_bytes,
+            info_offset,
         });
     }
 
@@ -357,7 +375,10 @@ pub fn parse_header(buf: &[u8]) -> Result<GgufHeader, ParseError> {
                     offset: data_offset,
                     message: format!(
                         "tensor {}: data [{} + {}, {} bytes) extends past the end of the {file_len}-byte file (truncated?)",
-                        t.name, data_offset, t.rel_offset, t.n_bytes
+                        escape(&t.name),
+                        data_offset,
+                        t.rel_offset,
+                        t.n_bytes
                     ),
                 });
             }
@@ -366,6 +387,7 @@ pub fn parse_header(buf: &[u8]) -> Result<GgufHeader, ParseError> {
     Ok(GgufHeader {
         version,
         metadata,
+        kv_offsets,
         tensors,
         alignment,
         data_offset,

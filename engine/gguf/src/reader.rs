@@ -166,7 +166,22 @@ impl GgufModel {
             if got != Some(i) {
                 return Err(GgufError::Split {
                     path: p,
-                    message: format!("split.no is {got:?}, expected {i}"),
+                    message: match got {
+                        Some(n) => format!("split.no is {n}, expected {i}"),
+                        None => format!("split.no is missing, expected {i}"),
+                    },
+                });
+            }
+            let theirs = f.split_field(KEY_SPLIT_COUNT)?;
+            if theirs != Some(count) {
+                return Err(GgufError::Split {
+                    path: p,
+                    message: match theirs {
+                        Some(n) => format!(
+                            "split.count is {n} but the first shard says the set has {count} shards"
+                        ),
+                        None => format!("split.count is missing (the first shard says {count})"),
+                    },
                 });
             }
             shards.push(f);
@@ -178,7 +193,10 @@ impl GgufModel {
                 if !seen.insert(info.name.clone()) {
                     return Err(GgufError::Split {
                         path: s.path.clone(),
-                        message: format!("tensor {} appears in more than one shard", info.name),
+                        message: format!(
+                            "tensor {} appears in more than one shard",
+                            crate::value::escape(&info.name)
+                        ),
                     });
                 }
                 tensors.push(ModelTensor {

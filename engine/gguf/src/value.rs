@@ -2,6 +2,29 @@
 
 use std::fmt;
 
+/// Longest string from a file that a message quotes whole.
+const MAX_SHOWN: usize = 96;
+
+/// A string read from a file, fit for a message: control characters (NUL, ESC, BEL…), bidi
+/// overrides and zero-width characters escaped as `\0`, `\u{1b}`…, and cut at 96 characters
+/// (`…`), so a hostile file can neither write raw bytes to a terminal or a log nor flood it.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len().min(MAX_SHOWN * 2));
+    for (i, c) in s.chars().enumerate() {
+        if i == MAX_SHOWN {
+            out.push('…');
+            break;
+        }
+        let invisible = matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}');
+        if c.is_control() || invisible {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The type tag of a metadata value (GGUF `gguf_metadata_value_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(missing_docs)]
@@ -199,7 +222,7 @@ impl fmt::Display for MetaValue {
             MetaValue::I32(v) => write!(f, "{v}"),
             MetaValue::F32(v) => write!(f, "{v}"),
             MetaValue::Bool(v) => write!(f, "{v}"),
-            MetaValue::String(v) => write!(f, "{v:?}"),
+            MetaValue::String(v) => write!(f, "\"{}\"", escape(v)),
             MetaValue::U64(v) => write!(f, "{v}"),
             MetaValue::I64(v) => write!(f, "{v}"),
             MetaValue::F64(v) => write!(f, "{v}"),

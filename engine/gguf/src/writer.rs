@@ -6,6 +6,7 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 use crate::error::{GgufError, Result};
@@ -320,6 +321,27 @@ pub fn write_files_with(
     progress: &mut dyn FnMut(u64),
     direct: DirectIo,
 ) -> Result<()> {
+    write_files_cancellable(
+        layouts,
+        specs,
+        fill,
+        progress,
+        direct,
+        &AtomicBool::new(false),
+    )
+}
+
+/// [`write_files_with`] that stops within one chunk once `cancel` is set (e.g. by a SIGINT
+/// handler), removes every partial file it wrote and returns [`GgufError::Interrupted`].
+pub fn write_files_cancellable(
+    layouts: &[FileLayout],
+    specs: &[TensorSpec],
+    fill: &mut dyn TensorFill,
+    progress: &mut dyn FnMut(u64),
+    direct: DirectIo,
+    cancel: &AtomicBool,
+) -> Result<()> {
+    let cancelled = || cancel.load(Ordering::SeqCst);
     // Each file is written under a temporary name and renamed once complete and synced (the
     // first shard last), so a killed run never leaves a complete-looking model behind.
     let mut partials: Vec<(PathBuf, &Path)> = Vec::with_capacity(layouts.len());
@@ -336,7 +358,14 @@ pub fn write_files_with(
         };
         let tmp = partial_path(&layout.path);
         partials.push((tmp.clone(), &layout.path));
-        if let Err(e) = write_one(layout, &tmp, specs, fill, progress, use_direct) {
+        let written = write_one(layout, &tmp, specs, fill, progress, use_direct, cancel);
+        if cancelled() {
+            cleanup(&partials);
+            return Err(GgufError::Interrupted {
+                removed: partials.into_iter().map(|(t, _)| t).collect(),
+            });
+        }
+        if let Err(e) = written {
             cleanup(&partials);
             return Err(e);
         }
@@ -351,12 +380,34 @@ pub fn write_files_with(
 }
 
 /// `dir/name.gguf` → `dir/.name.gguf.partial-<pid>`.
-fn partial_path(path: &Path) -> PathBuf {
+pub fn partial_path(path: &Path) -> PathBuf {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     path.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+}
+
+/// The partial files (`.NAME.partial-PID`, as [`partial_path`] names them) in `dir`, with the
+/// PID of the process that was writing each.
+pub fn partials_in(dir: &Path) -> Vec<(PathBuf, u32)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(PathBuf, u32)> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().into_string().ok()?;
+            let (stem, pid) = name.rsplit_once(".partial-")?;
+            if !stem.starts_with('.') || stem.len() < 2 || !e.file_type().ok()?.is_file() {
+                return None;
+            }
+            let pid: u32 = pid.parse().ok()?;
+            Some((e.path(), pid))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 fn write_one(
@@ -366,6 +417,7 @@ fn write_one(
     fill: &mut dyn TensorFill,
     progress: &mut dyn FnMut(u64),
     direct: bool,
+    cancel: &AtomicBool,
 ) -> Result<()> {
     let mut sink = Sink::create(path, direct, CHUNK).map_err(|e| GgufError::io(&layout.path, e))?;
     let (to_writer, writer_rx) = mpsc::sync_channel::<Vec<u8>>(3);
@@ -397,6 +449,9 @@ fn write_one(
                 let mut done = 0u64;
                 while done < n {
                     if buf.len() >= CHUNK {
+                        if cancel.load(Ordering::SeqCst) {
+                            return Err(());
+                        }
                         let len = buf.len() as u64;
                         to_writer.send(buf).map_err(|_| ())?;
                         progress(len);

@@ -41,7 +41,7 @@ pub enum ModelError {
 
 impl ModelError {
     /// What to do about it.
-    pub fn hint(&self) -> &'static str {
+    pub fn hint(&self) -> &str {
         match self {
             ModelError::IsDirectory(_) => {
                 "pass the .gguf file inside it (for a split model, its -00001-of-NNNNN.gguf shard)"
@@ -50,6 +50,7 @@ impl ModelError {
             ModelError::Unreadable(GgufError::NotFirstShard { .. }) => {
                 "pass the -00001-of-NNNNN.gguf shard"
             }
+            ModelError::Unreadable(GgufError::Hparams { hint, .. }) => hint,
             ModelError::Unreadable(GgufError::Split { .. }) => {
                 "keep every shard of a split model in one folder, named as written"
             }
@@ -64,7 +65,8 @@ impl ModelError {
     }
 }
 
-/// Reads the headers of every shard of `path` (through bmoe-gguf) and checks that no tensor runs
+/// Reads the headers of every shard of `path` (through bmoe-gguf), checks every hyperparameter
+/// llama.cpp asserts on and the tensor layout ([`bmoe_gguf::validate`]), and that no tensor runs
 /// past its file's end.
 ///
 /// # Errors
@@ -77,6 +79,8 @@ pub fn read_facts(path: &Path) -> Result<ModelFacts, ModelError> {
         return Err(ModelError::NotFound(path.to_path_buf()));
     }
     let model = GgufModel::open(path)?;
+    // llama.cpp aborts (GGML_ASSERT, exit 134) on some of these: catch them first, with the key
+    bmoe_gguf::validate(&model)?;
     let mut index = ModelIndex::default();
     for shard in model.shards() {
         index.shards.push(shard.path().to_path_buf());

@@ -38,6 +38,7 @@ pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
     let facts = read_facts(&cfg.model)?;
     if cfg.stream.is_some() && recipe_for(&facts.arch).is_none() {
         return Err(EngineError::NoRecipe {
+            model: cfg.model.clone(),
             arch: facts.arch.clone(),
         });
     }
@@ -112,9 +113,12 @@ impl Cli {
             // the README's first command runs without -m: use the built-in tiny model
             let dir = default_model::cache_dir().ok_or(EngineError::NoModelCache)?;
             let (path, origin) = default_model::ensure_in(&dir)?;
-            let how = match origin {
-                default_model::Origin::Cached => "cached",
-                default_model::Origin::Synthesised => "synthesised now",
+            let how = match &origin {
+                default_model::Origin::Cached => "cached".to_string(),
+                default_model::Origin::Synthesised => "synthesised now".to_string(),
+                default_model::Origin::Rebuilt(why) => {
+                    format!("rebuilt now: the cached copy was corrupt — {why}")
+                }
             };
             let _ = writeln!(
                 note,

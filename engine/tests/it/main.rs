@@ -9,6 +9,7 @@ mod dense_split;
 mod digest;
 mod full_disk;
 mod gates;
+mod hostile_model;
 mod overlap;
 mod reasoning;
 mod session;

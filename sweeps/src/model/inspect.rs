@@ -22,6 +22,9 @@ pub struct InspectArgs {
 /// Run `model inspect`.
 pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
     let model = GgufModel::open(&a.file)?;
+    // the engine's checks, so inspect never describes a file bmoe-cli refuses; they also bound
+    // the description (≤ 512 layers, each holding tensors of this file) by the file's size
+    bmoe_gguf::validate(&model)?;
     let info = ModelInfo::from_model(&model)
         .with_context(|| format!("{}: not a MoE model bmoe can describe", a.file.display()))?;
     if a.json {
@@ -30,11 +33,11 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
         let name = model
             .get("general.name")
             .and_then(|v| v.as_str())
-            .unwrap_or("-");
+            .map_or_else(|| "-".to_string(), bmoe_gguf::escape);
         let shape = shape_line(&model, &info.arch);
         print!(
             "{}",
-            render(&a.file.display().to_string(), name, &shape, &info)
+            render(&a.file.display().to_string(), &name, &shape, &info)
         );
     }
     Ok(())
@@ -83,7 +86,7 @@ pub fn render(path: &str, name: &str, shape: &str, info: &ModelInfo) -> String {
     let per_token: u64 = info.layers.iter().map(|l| l.expert_bytes).sum();
     let _ = writeln!(s, "model        {path}");
     let _ = writeln!(s, "name         {name}");
-    let _ = writeln!(s, "arch         {}", info.arch);
+    let _ = writeln!(s, "arch         {}", bmoe_gguf::escape(&info.arch));
     let _ = writeln!(s, "layers       {}", info.n_layer);
     let _ = writeln!(s, "shape        {shape}");
     let _ = writeln!(

@@ -1,12 +1,15 @@
 //! `bmoe-bench model synth`.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bmoe_gguf::GgmlType;
-use bmoe_gguf::synth::{Arch, Preset, SynthOptions, plan_model, write_plan};
+use bmoe_gguf::synth::{Arch, Preset, SynthOptions, plan_model, write_plan_cancellable};
+use bmoe_gguf::writer::{DirectIo, partials_in};
+use bmoe_gguf::{GgmlType, GgufError};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -144,6 +147,13 @@ pub fn run(a: &SynthArgs) -> anyhow::Result<()> {
     {
         bail!("output directory {} does not exist", dir.display());
     }
+    let dir = a
+        .output
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    sweep_stale_partials(dir);
+    let cancel = cancel_on_signals()?;
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     if !std::io::stderr().is_terminal() {
         bar.set_draw_target(ProgressDrawTarget::hidden());
@@ -157,9 +167,25 @@ pub fn run(a: &SynthArgs) -> anyhow::Result<()> {
     );
     bar.set_message(format!("writing {}", a.preset.name()));
     bar.enable_steady_tick(Duration::from_millis(200));
-    let summary = write_plan(&plan, opts.seed, &mut |done, _| bar.set_position(done))
-        .with_context(|| format!("writing {}", a.output.display()))?;
+    let written = write_plan_cancellable(
+        &plan,
+        opts.seed,
+        &mut |done, _| bar.set_position(done),
+        DirectIo::Auto,
+        &cancel,
+    );
     bar.finish_and_clear();
+    if let Err(GgufError::Interrupted { removed }) = &written {
+        for p in removed {
+            eprintln!(
+                "bmoe-bench: interrupted — removed the partial file {}",
+                p.display()
+            );
+        }
+        // the shell's convention for a run ended by a signal (128 + SIGINT)
+        std::process::exit(130);
+    }
+    let summary = written.with_context(|| format!("writing {}", a.output.display()))?;
     let secs = summary.elapsed.as_secs_f64().max(1e-9);
     let mb_s = summary.bytes as f64 / 1e6 / secs;
     eprintln!(
@@ -182,4 +208,56 @@ pub fn run(a: &SynthArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// SIGINT/SIGTERM set a flag the writer checks every chunk, so it stops and removes its partial
+/// files; a second signal ends the process at once (exit 130), as a user pressing Ctrl-C twice
+/// expects — the partials it leaves are swept by the next synth into the same folder.
+fn cancel_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        // registered first, so the first signal finds the flag still false and only sets it
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag))
+            .context("cannot install the signal handler")?;
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .context("cannot install the signal handler")?;
+    }
+    Ok(flag)
+}
+
+/// Removes the `.NAME.partial-PID` files in `dir` whose writer is gone (a synth killed with
+/// SIGKILL, or a machine that went down), saying so on stderr; a partial whose process still
+/// runs (another synth in progress) is left alone.
+fn sweep_stale_partials(dir: &Path) {
+    let me = std::process::id();
+    for (path, pid) in partials_in(dir) {
+        if pid == me || process_alive(pid) {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => eprintln!(
+                "bmoe-bench: removed the stale partial file {} (its writer, PID {pid}, is gone)",
+                path.display()
+            ),
+            Err(e) => eprintln!(
+                "bmoe-bench: warning: cannot remove the stale partial file {}: {e}",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// Whether process `pid` exists (signal 0: EPERM means it exists under another user).
+fn process_alive(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    if raw <= 0 {
+        return false;
+    }
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }

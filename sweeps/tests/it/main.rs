@@ -1,5 +1,5 @@
 //! `bmoe-bench`'s integration tests as one binary, linked once instead of once per file:
-//! `model synth|inspect` (`model_cli`), `report` statistics (`report_stats`) and on
+//! `model synth|inspect` (`model_cli`) and on hostile GGUF files (`model_hostile`), `report` statistics (`report_stats`) and on
 //! interrupted or few-run results (`report_partial`), `run` (`run_cli`), sweeps on the local
 //! device (`sweep_local`) and over ssh (`sweep_ssh`), against the real engine's flags and
 //! errors (`sweep_engine`), with progress bars in a real terminal (`sweep_tty`), and the helpers
@@ -7,6 +7,7 @@
 
 mod hostile;
 mod model_cli;
+mod model_hostile;
 mod report_export;
 mod report_partial;
 mod report_stats;

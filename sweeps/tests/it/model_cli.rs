@@ -124,3 +124,128 @@ fn dry_run_of_the_big_preset_writes_nothing() {
     assert_eq!(v["cache_cycle_bytes"], 8u64 * 48 * 3 * 884_736);
     assert!(!dir.path().join("big.gguf").exists());
 }
+
+fn partials(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains(".partial-"))
+        .collect()
+}
+
+#[test]
+fn an_interrupted_synth_removes_its_partial_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for sig in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+    ] {
+        // ~200 MB: long enough to be caught mid-write, small enough for a shared disk
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe-bench"))
+            .args([
+                "model",
+                "synth",
+                "--preset",
+                "tiny",
+                "--layers",
+                "4",
+                "--experts",
+                "64",
+                "--embd",
+                "512",
+                "--ff",
+                "512",
+                "-o",
+                "big.gguf",
+            ])
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while partials(dir.path()).is_empty() {
+            assert!(start.elapsed().as_secs() < 60, "no partial file appeared");
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "synth ended before it was signalled"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+        nix::sys::signal::kill(pid, sig).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{sig}: {err}");
+        assert!(
+            err.contains("interrupted — removed the partial file"),
+            "{err}"
+        );
+        assert_eq!(partials(dir.path()), Vec::<String>::new(), "{sig}");
+        assert!(!dir.path().join("big.gguf").exists());
+    }
+}
+
+#[test]
+fn the_next_synth_sweeps_stale_partials_and_keeps_live_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    // a PID that was just alive and is gone now (a synth killed with SIGKILL)
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = dir.path().join(format!(".old.gguf.partial-{dead}"));
+    let live = dir
+        .path()
+        .join(format!(".other.gguf.partial-{}", std::process::id()));
+    let unrelated = dir.path().join("notes.partial-x");
+    for p in [&stale, &live, &unrelated] {
+        std::fs::write(p, b"half a model").unwrap();
+    }
+    let out = bench(
+        dir.path(),
+        &["model", "synth", "--preset", "tiny", "-o", "tiny.gguf"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "removed the stale partial file ./.old.gguf.partial-{dead} "
+        )) && err.contains(&format!("PID {dead}")),
+        "{err}"
+    );
+    assert!(!stale.exists());
+    assert!(
+        live.exists() && unrelated.exists(),
+        "only stale partials go"
+    );
+}
+
+#[test]
+fn inspect_refuses_what_the_engine_refuses_with_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(
+        dir.path(),
+        &["model", "synth", "--preset", "tiny", "-o", "t.gguf"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut b = std::fs::read(dir.path().join("t.gguf")).unwrap();
+    let key = b"qwen3moe.block_count";
+    let at = b.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4;
+    for (v, want) in [
+        (u32::MAX, "4294967295"),
+        (2_000_000, "2000000"),
+        (9, "no tensors for layer 2"),
+    ] {
+        b[at..at + 4].copy_from_slice(&u32::to_le_bytes(v));
+        std::fs::write(dir.path().join("bad.gguf"), &b).unwrap();
+        let out = bench(dir.path(), &["model", "inspect", "bad.gguf"]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(out.stdout.is_empty(), "partial output for {v}");
+        assert!(
+            err.starts_with("error: bad.gguf: qwen3moe.block_count (at byte") && err.contains(want),
+            "{err}"
+        );
+        assert!(err.contains("\nhint: "), "{err}");
+    }
+}

@@ -26,7 +26,10 @@ use crate::info::{ModelInfo, ShardInfo};
 use crate::parse::TensorInfo;
 use crate::reader::ModelTensor;
 use crate::value::MetaValue;
-use crate::writer::{DirectIo, FileLayout, TensorFill, TensorSpec, layout_model, write_files_with};
+use crate::writer::{
+    DirectIo, FileLayout, TensorFill, TensorSpec, layout_model, write_files_cancellable,
+};
+use std::sync::atomic::AtomicBool;
 
 /// A named starting point for [`SynthOptions`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,6 +276,7 @@ pub fn plan_model(opts: &SynthOptions, path: &Path) -> Result<ModelPlan> {
                     rel_offset: l.tensor_offsets[k] - l.data_offset(),
                     file_offset: l.tensor_offsets[k],
                     n_bytes: s.n_bytes()?,
+                    info_offset: 0,
                 },
             });
         }
@@ -385,6 +389,18 @@ pub fn write_plan_with(
     progress: &mut dyn FnMut(u64, u64),
     direct: DirectIo,
 ) -> Result<ModelSummary> {
+    write_plan_cancellable(plan, seed, progress, direct, &AtomicBool::new(false))
+}
+
+/// [`write_plan_with`] that stops once `cancel` is set (a signal handler's flag), removing
+/// its partial files ([`GgufError::Interrupted`]).
+pub fn write_plan_cancellable(
+    plan: &ModelPlan,
+    seed: u64,
+    progress: &mut dyn FnMut(u64, u64),
+    direct: DirectIo,
+    cancel: &AtomicBool,
+) -> Result<ModelSummary> {
     let total = plan.total_bytes();
     let specs: Vec<TensorSpec> = plan.tensors.iter().map(|t| t.spec.clone()).collect();
     let mut fill = SynthFill {
@@ -394,7 +410,7 @@ pub fn write_plan_with(
     };
     let start = Instant::now();
     let mut done = 0u64;
-    write_files_with(
+    write_files_cancellable(
         &plan.layouts,
         &specs,
         &mut fill,
@@ -403,6 +419,7 @@ pub fn write_plan_with(
             progress(done, total);
         },
         direct,
+        cancel,
     )?;
     Ok(ModelSummary {
         paths: plan.layouts.iter().map(|l| l.path.clone()).collect(),

@@ -3,3 +3,4 @@
 
 mod hostile;
 mod roundtrip;
+mod validate;
