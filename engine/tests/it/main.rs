@@ -9,6 +9,7 @@ mod dense_split;
 mod gates;
 mod overlap;
 mod reasoning;
+mod routing;
 mod session;
 mod telemetry;
 mod traces;
