@@ -121,8 +121,11 @@ impl Steering {
     }
 
     /// The graph is done: learning closes, a deferred load that never fired is forgotten with its
-    /// terminal node (the layer is learned again).
+    /// terminal node (the layer is learned again), and the next decode counts as a prompt batch
+    /// unless [`Self::begin_decode`] says otherwise.
     pub fn after_decode(&mut self) {
+        // a decode nobody announced (a decide's prefill) is edited as a prompt batch
+        self.begin_decode(true);
         self.close_learning();
         if let Some(p) = self.pending.take() {
             self.forget(p.layer);

@@ -104,7 +104,7 @@ impl Engine<'_> {
             if self.replay_exhausted() {
                 let _ = writeln!(
                     note,
-                    "bmoe: route-replay: the trace's decode steps are all replayed — the run stops after {} tokens",
+                    "bmoe: route-replay: the trace's decode steps are all replayed — generation stops after {} tokens",
                     step - 1
                 );
                 lp.hashes.pop();

@@ -263,7 +263,10 @@ fn replay_routes_as_the_recorded_trace_did_then_stops_or_cycles() {
     );
     let (_, stderr) = ok(&o);
     assert!(stderr.contains("at its end the run stops"), "{stderr}");
-    assert!(stderr.contains("the run stops after 10 tokens"), "{stderr}");
+    assert!(
+        stderr.contains("generation stops after 10 tokens"),
+        "{stderr}"
+    );
     let (a, b) = (decode_routes(&recorded), decode_routes(&replayed));
     assert_eq!(a.len(), b.len(), "one replayed step per recorded one");
     for (x, y) in a.iter().zip(&b) {
