@@ -8,6 +8,7 @@ use crate::chat::ChatError;
 use crate::cli::ConfigError;
 use crate::decide::DecideError;
 use crate::ffi::{DecodeError, LlamaError};
+use crate::graph::replay::ReplayError;
 use crate::memory::dense::DenseError;
 use crate::model::default_model::DefaultModelError;
 use crate::model::facts::ModelError;
@@ -85,6 +86,9 @@ pub enum EngineError {
     /// The model file could not be read for the route trace's preamble.
     #[error(transparent)]
     RouteTraceModel(bmoe_gguf::GgufError),
+    /// `--route-replay`'s trace cannot be replayed on this model.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
     /// The chat template is missing or failed.
     #[error(transparent)]
     Template(#[from] ChatError),
@@ -176,6 +180,7 @@ impl EngineError {
             E::StreamSetup(_) => "check the model file and its permissions".into(),
             E::DenseAnon(_) => "check the model file, or keep the dense weights mapped with --dense-weights mmap".into(),
             E::RouteTraceModel(_) => "run without --route-trace, or check the model file".into(),
+            E::Replay(e) => e.hint(),
             E::Template(_) => "run without --chatml to pass the prompt as raw text".into(),
             E::Tokenize(_) => "check the prompt text".into(),
             E::ForceText(_) => "a test-only flag".into(),

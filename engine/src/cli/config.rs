@@ -1,6 +1,7 @@
 //! The validated, resolved configuration of one run: what every other part of the engine reads
 //! instead of the flags.
 
+use super::routing::RoutingConfig;
 use super::sampling::Sampling;
 use super::streaming::StreamConfig;
 use crate::graph::timing::Granularity;
@@ -35,6 +36,8 @@ pub struct RunConfig {
     pub progress: bool,
     /// Streaming, when on.
     pub stream: Option<StreamConfig>,
+    /// Routing edits: drop, substitution, replay (all off by default).
+    pub routing: RoutingConfig,
     /// Feed seeded pseudo-random tokens (benchmarks).
     pub feed_random: Option<u64>,
     /// Never pick an end-of-generation token (`--ignore-eos`).

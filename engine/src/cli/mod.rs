@@ -10,6 +10,7 @@ mod habits;
 mod memory;
 mod model;
 mod outputs;
+mod routing;
 mod sampling;
 mod session;
 mod streaming;
@@ -42,6 +43,8 @@ pub struct Cli {
     sampling: sampling::SamplingArgs,
     #[command(flatten, next_help_heading = "Expert streaming")]
     stream: streaming::StreamArgs,
+    #[command(flatten, next_help_heading = "Routing edits (lossy or replayed)")]
+    routing: routing::RoutingArgs,
     #[command(flatten, next_help_heading = "Memory")]
     memory: memory::MemoryArgs,
     #[command(flatten, next_help_heading = "Outputs")]
@@ -114,6 +117,7 @@ impl Cli {
         let prompt = self.model.prompt()?;
         let sampling = self.sampling.resolve()?;
         let stream = self.stream.resolve()?;
+        let routing = self.routing.resolve(stream.as_ref())?;
         let poison = self.testing.poison()?;
         let dense_weights = self.memory.resolve()?;
         self.check_prerequisites(stream.is_some(), poison.is_some())?;
@@ -131,6 +135,7 @@ impl Cli {
             sampling,
             progress: self.outputs.progress,
             stream,
+            routing,
             feed_random: self.sampling.feed_random,
             ignore_eos: self.sampling.ignore_eos,
             dump_logits_hash: self.outputs.dump_logits_hash,
@@ -159,6 +164,7 @@ impl Cli {
         let given = |id: &str| self.given(id);
         let mut warnings = self.sampling.inert(&given);
         warnings.extend(self.stream.inert(&given));
+        warnings.extend(self.routing.inert(&given));
         if self.session.session {
             for (id, flag) in [("prompt", "-p/--prompt"), ("file", "-f/--file")] {
                 if given(id) {

@@ -51,6 +51,20 @@ impl<'a> Node<'a> {
         })
     }
 
+    /// The nearest tensor named `name` among this node's sources, their sources, and so on
+    /// (`depth` levels at most): how a weight-chain node finds its layer's routing node.
+    pub fn find_source(&self, name: &str, depth: usize) -> Option<Node<'a>> {
+        for src in self.sources() {
+            if src.name() == name {
+                return Some(src);
+            }
+        }
+        if depth <= 1 {
+            return None;
+        }
+        self.sources().find_map(|s| s.find_source(name, depth - 1))
+    }
+
     /// A reference to this tensor's memory, for weight tensors with data.
     pub fn weight_ref(&self) -> Option<WeightRef> {
         if self.t.data.is_null() || !self.is_leaf() {
@@ -100,6 +114,116 @@ impl<'a> Node<'a> {
 }
 
 impl Node<'_> {
+    /// Overwrites the expert ids of a `ffn_moe_topk-<il>` node, token-major as
+    /// [`Node::expert_ids`] reads them, through the node's strides (it is a view of the argsort:
+    /// a flat write would land in the wrong rows). Everything downstream — the weight chain's
+    /// `get_rows` when done at the routing node, the expert matmuls — then reads the new ids.
+    /// `false` (nothing written) when the node is not a 2-D I32 tensor of `ids.len()` entries.
+    pub fn write_expert_ids(&self, ids: &[i32]) -> bool {
+        let t = self.t;
+        if t.type_ != ll::GGML_TYPE_I32 || t.data.is_null() || t.ne[2] != 1 || t.ne[3] != 1 {
+            return false;
+        }
+        let (Ok(k), Ok(n)) = (usize::try_from(t.ne[0]), usize::try_from(t.ne[1])) else {
+            return false;
+        };
+        if k * n != ids.len() {
+            return false;
+        }
+        let base = t.data.cast::<u8>();
+        for j in 0..n {
+            for i in 0..k {
+                // SAFETY: the node was just computed into host memory (CPU backend) and is not
+                // read by any other thread while the eval callback runs; (i, j) is within ne,
+                // so the strided offset is inside the tensor's (view) extent.
+                unsafe {
+                    base.add(i * t.nb[0] + j * t.nb[1])
+                        .cast::<i32>()
+                        .write_unaligned(ids[j * k + i]);
+                }
+            }
+        }
+        true
+    }
+
+    /// The full ranking behind a `ffn_moe_topk-<il>` node: its view source is the argsort of
+    /// every expert's score, so each token's row holds all `n_expert` ids best first. Returns
+    /// `(n_expert, ids token-major)`; `None` when the node is not such a view.
+    pub fn ranking(&self) -> Option<(usize, Vec<i32>)> {
+        let t = self.t;
+        if t.view_src.is_null() {
+            return None;
+        }
+        // SAFETY: a live node's view source is a live tensor of the same graph.
+        let src = unsafe { &*t.view_src };
+        if src.type_ != ll::GGML_TYPE_I32 || src.data.is_null() || src.ne[2] != 1 {
+            return None;
+        }
+        let (e, n) = (
+            usize::try_from(src.ne[0]).ok()?,
+            usize::try_from(src.ne[1]).ok()?,
+        );
+        let base = src.data as *const u8;
+        let mut out = Vec::with_capacity(e * n);
+        for j in 0..n {
+            for i in 0..e {
+                // SAFETY: the argsort was computed before its view (host memory, CPU backend);
+                // (i, j) is within its ne.
+                let v = unsafe {
+                    base.add(i * src.nb[0] + j * src.nb[1])
+                        .cast::<i32>()
+                        .read_unaligned()
+                };
+                out.push(v);
+            }
+        }
+        Some((e, out))
+    }
+
+    /// The scores the ranking of a `ffn_moe_topk-<il>` node sorted (the argsort's input: the
+    /// router's probabilities, biased where the architecture biases selection), token-major,
+    /// `n_expert` per token. `None` when the graph is not shaped so.
+    pub fn ranking_scores(&self) -> Option<Vec<f32>> {
+        let t = self.t;
+        if t.view_src.is_null() {
+            return None;
+        }
+        // SAFETY: a live node's view source is a live tensor of the same graph.
+        let argsort = unsafe { &*t.view_src };
+        let p = argsort.src[0];
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: a live node's sources are live tensors of the same graph.
+        Node { t: unsafe { &*p } }.f32_values()
+    }
+
+    /// Overwrites the values of a node [`Node::f32_values`] can read, token-major, through the
+    /// node's strides. `false` (nothing written) for other shapes or a length mismatch.
+    pub fn write_f32_values(&self, v: &[f32]) -> bool {
+        let t = self.t;
+        let Some((k, n, sk, sn)) = f32_layout(t) else {
+            return false;
+        };
+        if k * n != v.len() {
+            return false;
+        }
+        let base = t.data.cast::<u8>();
+        for j in 0..n {
+            for i in 0..k {
+                // SAFETY: the node was just computed into host memory (CPU backend) and its
+                // consumers have not run yet; (i, j) is within ne, so the strided offset is
+                // inside the tensor's extent.
+                unsafe {
+                    base.add(i * sk + j * sn)
+                        .cast::<f32>()
+                        .write_unaligned(v[j * k + i]);
+                }
+            }
+        }
+        true
+    }
+
     /// ggml's name for the node's operation (`MUL_MAT`, `RMS_NORM`, unary ops by their own name).
     pub fn op_name(&self) -> &str {
         // SAFETY: ggml_op_desc returns a pointer to a static NUL-terminated string.
@@ -112,17 +236,7 @@ impl Node<'_> {
     /// read with the node's strides. `None` for other shapes or types.
     pub fn f32_values(&self) -> Option<Vec<f32>> {
         let t = self.t;
-        if t.type_ != ll::GGML_TYPE_F32 || t.data.is_null() || t.ne[3] != 1 {
-            return None;
-        }
-        let (k, n, sk, sn) = if t.ne[0] == 1 {
-            (t.ne[1], t.ne[2], t.nb[1], t.nb[2])
-        } else if t.ne[2] == 1 {
-            (t.ne[0], t.ne[1], t.nb[0], t.nb[1])
-        } else {
-            return None;
-        };
-        let (k, n) = (usize::try_from(k).ok()?, usize::try_from(n).ok()?);
+        let (k, n, sk, sn) = f32_layout(t)?;
         let base = t.data as *const u8;
         let mut out = Vec::with_capacity(k * n);
         for j in 0..n {
@@ -135,6 +249,22 @@ impl Node<'_> {
         }
         Some(out)
     }
+}
+
+/// The slot/token layout of a 2-D `[k, n]` or 3-D `[1, k, n]` F32 node: (k, n, slot stride,
+/// token stride) in bytes.
+fn f32_layout(t: &ll::ggml_tensor) -> Option<(usize, usize, usize, usize)> {
+    if t.type_ != ll::GGML_TYPE_F32 || t.data.is_null() || t.ne[3] != 1 {
+        return None;
+    }
+    let (k, n, sk, sn) = if t.ne[0] == 1 {
+        (t.ne[1], t.ne[2], t.nb[1], t.nb[2])
+    } else if t.ne[2] == 1 {
+        (t.ne[0], t.ne[1], t.nb[0], t.nb[1])
+    } else {
+        return None;
+    };
+    Some((usize::try_from(k).ok()?, usize::try_from(n).ok()?, sk, sn))
 }
 
 /// A weight tensor's location in process memory, captured from a live graph. Only this module

@@ -5,6 +5,7 @@ use super::names::{topk_layer, weight_layer};
 use super::read_steps::{ReadStamps, ReadSteps};
 use super::routes::RouteRecorder;
 use super::span::DecodeSpan;
+use super::steer::{Edited, Steering};
 use super::timing::NodeTimer;
 use crate::ffi::{EvalHook, Node, PoolPause, WeightRef};
 use crate::model::registry::Recipe;
@@ -64,6 +65,8 @@ pub struct MoeHook {
     routes: Option<RouteRecorder>,
     reads: Option<ReadSteps>,
     routing: Vec<Routing>,
+    /// The routing edits (`--drop-cold-experts`, `--expert-substitute`, `--route-replay`).
+    steer: Option<Steering>,
     timer: Option<NodeTimer>,
     /// Puts the compute threads to sleep while a layer's reads are waited for.
     pool: Option<PoolPause>,
@@ -103,6 +106,7 @@ impl MoeHook {
             routes: None,
             reads: None,
             routing: Vec::new(),
+            steer: None,
             timer: None,
             pool: None,
             consumers: Vec::new(),
@@ -139,6 +143,16 @@ impl MoeHook {
         self.reads = Some(r);
     }
 
+    /// Edits every routing with `s` from now on.
+    pub fn steer_with(&mut self, s: Steering) {
+        self.steer = Some(s);
+    }
+
+    /// The routing edits, when the run has any.
+    pub fn steering(&self) -> Option<&Steering> {
+        self.steer.as_ref()
+    }
+
     /// Stops recording routings (after the route-trace sink failed).
     pub fn stop_routes(&mut self) {
         self.routes = None;
@@ -146,6 +160,9 @@ impl MoeHook {
 
     /// Tells the recorders which decode the next routings and nodes belong to.
     pub fn begin_decode(&mut self, span: DecodeSpan) {
+        if let Some(s) = self.steer.as_mut() {
+            s.begin_decode(span.prefill);
+        }
         if let Some(r) = self.routes.as_mut() {
             r.begin_decode(span);
         }
@@ -266,6 +283,9 @@ impl EvalHook for MoeHook {
     }
 
     fn after_decode(&mut self) {
+        if let Some(s) = self.steer.as_mut() {
+            s.after_decode();
+        }
         // overlapped reads end with the decode: every batch complete, the io log collected
         if let Some(s) = self.streamer_mut() {
             s.finish_decode();
@@ -297,7 +317,13 @@ impl MoeHook {
                 let name = node.name();
                 (name.starts_with("ffn_moe_")
                     && (topk_layer(name).is_some()
-                        || (self.routes.is_some() && weight_layer(name).is_some())))
+                        || weight_layer(name).is_some_and(|il| {
+                            self.routes.is_some()
+                                || self
+                                    .steer
+                                    .as_ref()
+                                    .is_some_and(|s| s.wants_weights(il, name))
+                        })))
                     || streamer.stage_after(name).is_some()
             }
             Phase::Observe { .. } => topk_layer(node.name()).is_some(),
@@ -331,26 +357,94 @@ impl MoeHook {
             return;
         }
         let Some(il) = topk_layer(node.name()) else {
-            if let (Some(t), Some(il)) = (self.routes.as_mut(), weight_layer(node.name()))
-                && let Some(w) = node.f32_values()
-            {
-                t.weights(il, w);
+            if let Some(il) = weight_layer(node.name()) {
+                self.at_weights(il, node);
             }
             return;
         };
         self.topk_calls += 1;
-        let Some(ids) = node.expert_ids() else { return };
+        let Some(mut ids) = node.expert_ids() else {
+            return;
+        };
+        if let Some(stale) = self.steer.as_mut().and_then(Steering::at_routing) {
+            self.load(stale.layer, &stale.ids, None);
+        }
+        if let (Some(steer), Phase::Stream(streamer)) = (self.steer.as_mut(), &self.phase)
+            && steer.route(il, node, &mut ids, streamer)
+        {
+            return;
+        }
+        self.load(il, &ids, None);
+    }
+
+    /// A weight-chain node of layer `il` was computed: the route trace takes its weights, and
+    /// at a deferred layer's terminal node the edits run and the layer loads.
+    fn at_weights(&mut self, il: usize, node: &Node<'_>) {
+        let edited = match (self.steer.as_mut(), &self.phase) {
+            (Some(steer), Phase::Stream(streamer)) => steer.at_weights(il, node, streamer),
+            _ => None,
+        };
+        match edited {
+            Some(e) => self.load(il, &e.loaded.clone(), Some(&e)),
+            None => {
+                if let (Some(t), Some(w)) = (self.routes.as_mut(), node.f32_values()) {
+                    t.weights(il, w);
+                }
+            }
+        }
+    }
+
+    /// Loads layer `il`'s routed `ids` and records the routing (as `edited` describes it, when
+    /// the routing edits changed it). A failed read raises the abort flag.
+    fn load(&mut self, il: usize, ids: &[i32], edited: Option<&Edited>) {
+        let Phase::Stream(streamer) = &mut self.phase else {
+            return;
+        };
+        let pool = self.pool;
+        let mut before_wait = || {
+            if let Some(p) = pool {
+                p.pause();
+            }
+        };
         let trace = self.routes.is_some().then_some(&mut self.routing);
-        if let Err(e) = streamer.load_layer(il, &ids, trace, &mut before_wait) {
+        if let Err(e) = streamer.load_layer(il, ids, trace, &mut before_wait) {
             self.error = Some(e);
             self.abort.store(true, Ordering::SeqCst);
             return;
         }
         if let Some(t) = self.routes.as_mut() {
-            t.route(il, &ids, &self.routing);
+            match edited {
+                Some(e) => {
+                    charge_dropped(&mut self.routing, e);
+                    t.route_dropped(il, &e.routed, &self.routing, &e.dropped);
+                    if let Some(w) = &e.weights {
+                        t.weights(il, w.clone());
+                    }
+                }
+                None => t.route(il, ids, &self.routing),
+            }
         }
         if let Some(r) = self.reads.as_mut() {
-            r.load(il, &ids, streamer.last_load_reads());
+            r.load(il, ids, streamer.last_load_reads());
+        }
+    }
+}
+
+/// A dropped slot was never read: it keeps the miss it faced but no bytes, which go to the
+/// surviving slot of its token that reads the same expert (the one it was repointed to).
+fn charge_dropped(routing: &mut [Routing], e: &Edited) {
+    let n = routing.len().min(e.dropped.len()).min(e.loaded.len());
+    for s in 0..n {
+        if !e.dropped[s] {
+            continue;
+        }
+        let bytes = std::mem::take(&mut routing[s].bytes);
+        routing[s].residency = 0;
+        if bytes == 0 {
+            continue;
+        }
+        if let Some(t) = (0..n).find(|&t| !e.dropped[t] && e.loaded[t] == e.loaded[s]) {
+            routing[t].bytes += bytes;
         }
     }
 }

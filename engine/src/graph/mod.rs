@@ -3,9 +3,12 @@
 //! where routing is read today and where it will be edited (drop, substitute, route-ahead,
 //! replay): the sinks only ever receive finished rows.
 
+pub mod edit;
 pub mod hook;
 pub mod names;
 pub mod read_steps;
+pub mod replay;
 pub mod routes;
 pub mod span;
+pub mod steer;
 pub mod timing;

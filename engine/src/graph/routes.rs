@@ -17,6 +17,7 @@ struct Cell {
     ids: Vec<i32>,
     routing: Vec<Routing>,
     weights: Option<Vec<f32>>,
+    dropped: Vec<bool>,
 }
 
 /// Turns the routings the hook observes into route-trace rows, one decode at a time.
@@ -48,12 +49,25 @@ impl RouteRecorder {
     /// A layer's routing: `ids` token-major (`n_expert_used` per token), `routing` what the
     /// streamer found for each.
     pub fn route(&mut self, layer: usize, ids: &[i32], routing: &[Routing]) {
+        self.route_dropped(layer, ids, routing, &[]);
+    }
+
+    /// As [`Self::route`], for a routing `--drop-cold-experts` edited: `dropped` marks the slots
+    /// it discarded (their `routing` already carries no bytes).
+    pub fn route_dropped(
+        &mut self,
+        layer: usize,
+        ids: &[i32],
+        routing: &[Routing],
+        dropped: &[bool],
+    ) {
         self.close_cell();
         self.cell = Some(Cell {
             layer,
             ids: ids.to_vec(),
             routing: routing.to_vec(),
             weights: None,
+            dropped: dropped.to_vec(),
         });
     }
 
@@ -105,7 +119,7 @@ impl RouteRecorder {
                     .map_or(f64::NAN, |&w| f64::from(w)),
                 residency: r.residency,
                 expert_bytes: r.bytes,
-                dropped: Some(false),
+                dropped: Some(c.dropped.get(i).copied().unwrap_or(false)),
             });
         }
     }

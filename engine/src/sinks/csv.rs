@@ -140,6 +140,11 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     if s.stream.is_some() {
         t.push_f64("token_demand_MiB", mib(st.token_demand_bytes), 1);
         t.push_f64("layer_demand_MiB", mib(st.layer_demand_bytes), 1);
+        let r = s.routing.unwrap_or_default();
+        t.push("experts_routed", r.routed.to_string());
+        t.push("experts_dropped", r.dropped.to_string());
+        t.push("experts_reranked", r.reranked.to_string());
+        t.push("experts_substituted", r.substituted.to_string());
     }
     t.push("evictions", st.evictions.to_string());
     t.push("rereads", st.rereads.to_string());
@@ -260,10 +265,10 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
         predict_spec_max: Some(0),
         prefetch_sync: Some(false),
         dense_weights: Some(r.dense_weights.as_str().to_string()),
-        drop_cold_frac: Some(0.0),
-        drop_renorm: Some(true),
-        drop_prefill: Some(false),
-        substitute_lambda: Some(0.0),
+        drop_cold_frac: Some(as_typed(cfg.routing.edits.drop_frac)),
+        drop_renorm: Some(cfg.routing.edits.renorm),
+        drop_prefill: Some(cfg.routing.edits.drop_prefill),
+        substitute_lambda: Some(as_typed(cfg.routing.edits.substitute_lambda)),
         temp: Some(temp),
         top_k: Some(top_k),
         top_p: Some(top_p),
@@ -294,6 +299,10 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
             // `threads` is then the maximum: tokens ran with it or fewer (stderr says how many)
             if cfg.adaptive_threads {
                 m.insert("threads_adaptive", "1");
+            }
+            // a replayed run routes as another run did: not comparable with a routed one
+            if let (true, Some((path, _))) = (r.moe_stream, &cfg.routing.replay) {
+                m.insert("route_replay", path.display().to_string());
             }
             // which overlap mechanism ran: userfaultfd page waits, or the staged fallback
             if let Some(k) = r.overlap {
@@ -394,7 +403,7 @@ impl CsvSink {
 mod tests {
     use super::*;
     use crate::memory::picture::{ProcessMemory, SystemMemory};
-    use crate::sinks::report::StreamSummary;
+    use crate::sinks::report::{RoutingSummary, StreamSummary};
     use bmoe_telemetry::metrics::{MetricsFile, TOKEN_COLUMNS};
 
     fn sample_row() -> TokenStats {
@@ -476,6 +485,13 @@ mod tests {
             }),
             // a dense probe's time is cache management: in mgmt_s/tok, out of compute_s/tok
             probe_s: 0.002,
+            routing: Some(RoutingSummary {
+                routed: 40,
+                dropped: 7,
+                reranked: 5,
+                substituted: 2,
+                drop_frac: 0.5,
+            }),
         };
         sink.write_summary(&trailer(&summary, &TrailerContext::default()))
             .unwrap();
@@ -507,6 +523,9 @@ mod tests {
         assert!(line.ends_with(" cancelled=1 interrupted=1"), "{line}");
         assert_eq!(t.get_f64("token_demand_MiB"), Some(3.0));
         assert_eq!(t.get_f64("layer_demand_MiB"), Some(1.0));
+        let ledger = ["routed", "dropped", "reranked", "substituted"]
+            .map(|k| t.get_u64(&format!("experts_{k}")));
+        assert_eq!(ledger, [Some(40), Some(7), Some(5), Some(2)]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use bmoe_telemetry::protocol::{Load, Progress, round_to};
 use bmoe_telemetry::summary::{
-    CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeChurn, MoeOverlap,
+    CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeChurn, MoeDrop, MoeOverlap,
     MoeStream, MoeWaits, Prefill,
 };
 
@@ -180,6 +180,24 @@ pub struct RunSummary {
     pub stream: Option<StreamSummary>,
     /// Σ dense-residency probe time during generation (s): part of the cache management time.
     pub probe_s: f64,
+    /// What the routing edits did this turn, when streaming.
+    pub routing: Option<RoutingSummary>,
+}
+
+/// The turn's routing-edit ledger (the trailer's `experts_*` keys, the `moe-drop:` line).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RoutingSummary {
+    /// Routed slots in the phases the edits were armed for (decode; prefill too under
+    /// `--drop-in-prefill`).
+    pub routed: u64,
+    /// Slots `--drop-cold-experts` dropped.
+    pub dropped: u64,
+    /// Missed slots `--expert-substitute` examined.
+    pub reranked: u64,
+    /// Slots it moved to a resident expert.
+    pub substituted: u64,
+    /// The `--drop-cold-experts` threshold (0 = off: no `moe-drop:` line).
+    pub drop_frac: f64,
 }
 
 impl RunSummary {
@@ -322,6 +340,21 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
                     .to_string(),
                 );
             }
+        }
+        if let Some(r) = s.routing.filter(|r| r.drop_frac > 0.0) {
+            out.push(
+                MoeDrop {
+                    dropped: r.dropped,
+                    routed: r.routed,
+                    pct: if r.routed > 0 {
+                        100.0 * r.dropped as f64 / r.routed as f64
+                    } else {
+                        0.0
+                    },
+                    threshold: r.drop_frac,
+                }
+                .to_string(),
+            );
         }
         if let Some(stall_s_per_token) = stall {
             out.push(MoeOverlap { stall_s_per_token }.to_string());
@@ -480,6 +513,12 @@ mod tests {
             }),
             // the dense probes count as cache management (0.2 + 0.2 s over 4 tokens)
             probe_s: 0.2,
+            routing: Some(RoutingSummary {
+                routed: 480,
+                dropped: 12,
+                drop_frac: 0.75,
+                ..Default::default()
+            }),
         };
         let lines = summary_lines(&s, &streaming(2, false, Mmap));
         assert_eq!(
@@ -501,6 +540,10 @@ mod tests {
         );
         assert_eq!(lines[5], "moe-cache: 25.0% hit, resident 2.0 MiB");
         assert!(lines[6].starts_with("moe-cache: 3 evictions, 2 re-reads (0.5/token)"));
+        assert_eq!(
+            lines[7],
+            "moe-drop: 12/480 routed experts dropped (2.5%), threshold 0.75 x uniform"
+        );
         let plain = summary_lines(
             &RunSummary {
                 n_gen: 1,

@@ -365,6 +365,13 @@ impl Streamer {
         self.io_log.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
+    /// Whether expert `expert` of `layer` is in memory now (before any load of it): what the
+    /// routing edits ask before dropping or substituting a slot.
+    pub fn is_resident(&self, layer: usize, expert: i32) -> bool {
+        usize::try_from(expert)
+            .is_ok_and(|e| self.cache.is_resident(cache::EntryId { layer, expert: e }))
+    }
+
     /// Arms test poisoning.
     pub fn set_poison(&mut self, p: Option<Poison>) {
         self.poison = p;

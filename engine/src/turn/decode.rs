@@ -10,12 +10,14 @@ use crate::chat::reasoning::ReasoningSplitter;
 use crate::chat::text::Utf8Stream;
 use crate::error::EngineError;
 use crate::ffi::{DecodeError, Token};
+use crate::graph::edit::EditCounters;
 use crate::graph::hook::MoeHook;
 use crate::graph::span::DecodeSpan;
 use crate::memory::picture::{MemorySnapshot, cgroup_memory};
 use crate::sinks::csv::{RowContext, TrailerContext, token_row, trailer};
 use crate::sinks::report::{
-    RunSummary, StreamSummary, TokenStats, load_line, progress_line, progress_line_deltas,
+    RoutingSummary, RunSummary, StreamSummary, TokenStats, load_line, progress_line,
+    progress_line_deltas,
 };
 use crate::stream::StreamStats;
 use crate::vm::{process_sample, system_page_size};
@@ -36,6 +38,8 @@ struct TokenLoop {
     last_end: Instant,
     summary: RunSummary,
     trailer: TrailerContext,
+    /// The routing edits' counts before the turn's prefill.
+    edits_base: Option<EditCounters>,
 }
 
 /// One generated token's decode, measured.
@@ -69,6 +73,7 @@ impl Engine<'_> {
             ));
         };
         let n_prompt = fresh.len();
+        let edits_base = self.edit_counters();
         let (prefill_s, trailer) = match self.prefill(turn, note, cancelled)? {
             Prefilled::Done { prefill_s, trailer } => (prefill_s, trailer),
             Prefilled::Cancelled => return Ok(self.cancelled_in_prefill(note)),
@@ -91,10 +96,20 @@ impl Engine<'_> {
                 ..Default::default()
             },
             trailer,
+            edits_base,
         };
         let mut g = Generation::default();
         let mut tok = self.pick(&mut lp.hashes);
         for step in 1..=turn.n_predict {
+            if self.replay_exhausted() {
+                let _ = writeln!(
+                    note,
+                    "bmoe: route-replay: the trace's decode steps are all replayed — generation stops after {} tokens",
+                    step - 1
+                );
+                lp.hashes.pop();
+                break;
+            }
             if self.ctx.model().is_eog(tok) || self.forced_over() {
                 lp.hashes.pop();
                 break;
@@ -354,6 +369,17 @@ impl Engine<'_> {
                 expert_bytes: self.expert_bytes(),
             });
         }
+        if self.streaming {
+            let now = self.edit_counters().unwrap_or_default();
+            let d = now.since(&lp.edits_base.unwrap_or_default());
+            lp.summary.routing = Some(RoutingSummary {
+                routed: d.routed,
+                dropped: d.dropped,
+                reranked: d.reranked,
+                substituted: d.substituted,
+                drop_frac: as_f64(self.cfg.routing.edits.drop_frac),
+            });
+        }
         lp.trailer.cgroup_usage_bytes = cgroup_memory()
             .filter(|c| c.limit.is_some())
             .map(|c| c.usage);
@@ -413,4 +439,9 @@ impl Engine<'_> {
     pub(super) fn forced_over(&self) -> bool {
         !self.forced.is_empty() && self.forced_at > self.forced.len()
     }
+}
+
+/// `x` as the f64 of its shortest decimal form (`0.5`, not `0.5000000…` of the f32).
+fn as_f64(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
 }

@@ -26,7 +26,9 @@ use crate::chat::{ChatTemplate, ThinkCtl};
 use crate::cli::RunConfig;
 use crate::error::EngineError;
 use crate::ffi::{Context, Model, Sampler, Token};
+use crate::graph::edit::EditCounters;
 use crate::graph::hook::MoeHook;
+use crate::graph::steer::Steering;
 use crate::memory::residency::DenseProbe;
 use crate::model::facts::ModelFacts;
 use crate::model::registry::recipe_for;
@@ -276,6 +278,22 @@ impl<'m> Engine<'m> {
             .hook_mut()
             .and_then(|h| h.streamer())
             .map_or(0, |s| s.layout().total_bytes())
+    }
+
+    /// The routing edits' cumulative counts (`None` without edits).
+    fn edit_counters(&mut self) -> Option<EditCounters> {
+        self.ctx
+            .hook_mut()
+            .and_then(|h| h.steering())
+            .map(Steering::counters)
+    }
+
+    /// Whether `--route-replay` (stopping at the trace's end) has served its last step.
+    fn replay_exhausted(&mut self) -> bool {
+        self.ctx
+            .hook_mut()
+            .and_then(|h| h.steering())
+            .is_some_and(Steering::replay_exhausted)
     }
 
     fn stream_stats(&mut self) -> Option<StreamStats> {

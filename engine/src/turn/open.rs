@@ -12,6 +12,8 @@ use crate::cli::{DenseWeights, RunConfig, Sampling};
 use crate::error::EngineError;
 use crate::ffi::{Context, ContextOptions, Model, Sampler, SamplerParams, Token};
 use crate::graph::hook::{MoeHook, RESIDENT_HOOK_ENV, resident_hook_requested};
+use crate::graph::replay::{ReplayEnd, ReplayShape, RouteReplay};
+use crate::graph::steer::Steering;
 use crate::memory::residency::{DenseProbe, dense_probe_pages};
 use crate::model::facts::ModelFacts;
 use crate::model::registry::recipe_for;
@@ -74,6 +76,7 @@ impl<'m> Engine<'m> {
             _ => Streaming::default(),
         };
         warn_traces_need_streaming(cfg, note);
+        install_steering(cfg, &resolved, &mut ctx, note)?;
         let load_s = loaded.t_load.elapsed().as_secs_f64();
         let streaming =
             cfg.stream.is_some() && ctx.hook_mut().is_some_and(|h| h.streamer().is_some());
@@ -138,6 +141,55 @@ fn build_hook(
         }
         _ => None,
     }
+}
+
+/// The routing edits, on a streaming hook: the replay's trace read and checked against the
+/// model's shape, and what the run will do said on stderr.
+fn install_steering(
+    cfg: &RunConfig,
+    resolved: &ResolvedRun,
+    ctx: &mut Context<'_, MoeHook>,
+    note: &mut dyn Write,
+) -> Result<(), EngineError> {
+    let r = &cfg.routing;
+    let Some(hook) = ctx.hook_mut().filter(|h| h.streamer().is_some()) else {
+        return Ok(());
+    };
+    if !r.any() {
+        return Ok(());
+    }
+    let replay = match &r.replay {
+        Some((path, end)) => {
+            let shape = ReplayShape {
+                n_layer: resolved.n_layer,
+                n_expert: resolved.n_expert,
+                n_expert_used: resolved.n_expert_used,
+            };
+            let replay = RouteReplay::open(path, shape, *end)?;
+            let _ = writeln!(
+                note,
+                "bmoe: route-replay: {} decode steps from {} — every decode step routes as the trace did (a replayed run, not comparable with a routed one); at its end the run {}",
+                replay.len(),
+                path.display(),
+                match end {
+                    ReplayEnd::Stop => "stops (--route-replay-end cycle starts it over)",
+                    ReplayEnd::Cycle => "starts the trace over (--route-replay-end cycle)",
+                }
+            );
+            Some(replay)
+        }
+        None => None,
+    };
+    let (f, k) = (r.edits.drop_frac, resolved.n_expert_used);
+    if f > 0.0 && k > 0 && k <= 4 {
+        let _ = writeln!(
+            note,
+            "bmoe: WARNING drop-cold-experts={f:.2} with top-k {k} — the threshold is {:.1}% of the routing here, against 12.5% at the top-k 8 this was measured on. Read the moe-drop: line for what it discarded.",
+            100.0 * f64::from(f) / k as f64
+        );
+    }
+    hook.steer_with(Steering::new(r.edits, replay));
+    Ok(())
 }
 
 /// Says once that a trace flag given without `--moe-stream` writes nothing.

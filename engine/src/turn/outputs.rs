@@ -193,9 +193,10 @@ fn warn(note: &mut dyn Write, e: &SinkError, what: &str) {
 fn route_trace_info(cfg: &RunConfig, n_expert_used: u64) -> Result<RouteTraceInfo, EngineError> {
     let model = GgufModel::open(&cfg.model).map_err(EngineError::RouteTraceModel)?;
     let info = ModelInfo::from_model(&model).map_err(EngineError::RouteTraceModel)?;
-    Ok(trace_info(
-        &cfg.model.display().to_string(),
-        &info,
-        n_expert_used,
-    ))
+    let mut t = trace_info(&cfg.model.display().to_string(), &info, n_expert_used);
+    // a replayed run's routing is the replayed trace's, not this model's
+    if let Some((path, _)) = &cfg.routing.replay {
+        t.extra.insert("route_replay", path.display().to_string());
+    }
+    Ok(t)
 }

@@ -12,6 +12,7 @@ mod gates;
 mod hostile_model;
 mod overlap;
 mod reasoning;
+mod routing;
 mod session;
 mod signals;
 mod telemetry;

@@ -2,4 +2,5 @@
 //! once, not once per test file. Each module below was its own `tests/*.rs` binary.
 
 mod pipeline;
+mod routing_agreement;
 mod traces_analyze;
