@@ -2,31 +2,14 @@
 //! does not take, flag values checked whether or not they take effect, `-f FILE`, `-V`, and the
 //! answer's control characters on a terminal (a real pty, through `script`).
 
-use std::path::{Path, PathBuf};
+use crate::tiny::{Tiny, synth_tiny};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
-
-struct Tiny {
-    dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
 fn tiny() -> &'static Tiny {
     static M: OnceLock<Tiny> = OnceLock::new();
-    M.get_or_init(|| {
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
-        let s = write_model(
-            &SynthOptions::preset(Preset::Tiny),
-            &dir.path().join("t.gguf"),
-        )
-        .expect("synthesise model");
-        Tiny {
-            path: s.paths[0].clone(),
-            dir,
-        }
-    })
+    M.get_or_init(synth_tiny)
 }
 
 const BIN: &str = env!("CARGO_BIN_EXE_bmoe-cli");

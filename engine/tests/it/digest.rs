@@ -4,32 +4,14 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
-use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
+use crate::tiny::{Tiny, synth_tiny};
 use bmoe_telemetry::summary::PerfReport;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-struct Tiny {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
 fn tiny() -> &'static Tiny {
     static M: OnceLock<Tiny> = OnceLock::new();
-    M.get_or_init(|| {
-        // under the target dir, not /tmp: tmpfs refuses O_DIRECT
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let s = write_model(
-            &SynthOptions::preset(Preset::Tiny),
-            &dir.path().join("t.gguf"),
-        )
-        .unwrap();
-        Tiny {
-            path: s.paths[0].clone(),
-            _dir: dir,
-        }
-    })
+    M.get_or_init(synth_tiny)
 }
 
 const BIN: &str = env!("CARGO_BIN_EXE_bmoe-cli");

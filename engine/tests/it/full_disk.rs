@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
-use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
+use crate::tiny::{Tiny, synth_tiny};
 use bmoe_telemetry::metrics::MetricsFile;
 use bmoe_telemetry::protocol::{LineKind, Record, parse_line};
 use bmoe_telemetry::trace::{ComputeTraceReader, IoTraceReader, RouteTraceReader};
@@ -15,26 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-struct Tiny {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
 fn tiny() -> &'static Tiny {
     static M: OnceLock<Tiny> = OnceLock::new();
-    M.get_or_init(|| {
-        // under the target dir, not /tmp: tmpfs refuses O_DIRECT
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let s = write_model(
-            &SynthOptions::preset(Preset::Tiny),
-            &dir.path().join("t.gguf"),
-        )
-        .unwrap();
-        Tiny {
-            path: s.paths[0].clone(),
-            _dir: dir,
-        }
-    })
+    M.get_or_init(synth_tiny)
 }
 
 /// A 64 KiB tmpfs with 56 KiB taken: two pages left, fewer than any sink below writes.

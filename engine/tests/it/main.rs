@@ -16,4 +16,5 @@ mod routing;
 mod session;
 mod signals;
 mod telemetry;
+mod tiny;
 mod traces;

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
-use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
+use crate::tiny::{Tiny, synth_tiny};
 use bmoe_telemetry::metrics::{MetricsFile, TOKEN_COLUMNS};
 use bmoe_telemetry::protocol::{LineKind, Record, parse_line};
 use bmoe_telemetry::summary::PerfReport;
@@ -24,26 +24,9 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Tokens asked for: far more than are generated before the SIGINT lands.
 const N_PREDICT: usize = 1900;
 
-struct Tiny {
-    dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
 fn tiny() -> &'static Tiny {
     static M: OnceLock<Tiny> = OnceLock::new();
-    M.get_or_init(|| {
-        // under the target dir, not /tmp: tmpfs refuses O_DIRECT
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let s = write_model(
-            &SynthOptions::preset(Preset::Tiny),
-            &dir.path().join("t.gguf"),
-        )
-        .unwrap();
-        Tiny {
-            path: s.paths[0].clone(),
-            dir,
-        }
-    })
+    M.get_or_init(synth_tiny)
 }
 
 fn file(name: &str) -> PathBuf {
