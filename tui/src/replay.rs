@@ -77,6 +77,8 @@ pub fn trailer_to_summary(t: &SummaryTrailer) -> RunSummary {
         loop_overhead_s_tok: f("loop_overhead_s/tok"),
         experts_routed: u("experts_routed"),
         experts_dropped: u("experts_dropped"),
+        experts_reranked: u("experts_reranked"),
+        experts_substituted: u("experts_substituted"),
         mtp_drafted: u("mtp_drafted"),
         mtp_accepted: u("mtp_accepted"),
         mtp_decodes: u("mtp_decodes"),
