@@ -85,8 +85,9 @@ pub fn summary_lines(run: &RunState, theme: &Theme, width: u16) -> Vec<Line<'sta
     ) {
         segs.push(format!("cache {res:.0}/{bud:.0} MiB"));
     }
+    // A run that set a drop threshold says what it dropped, even nothing.
     if let (Some(d), Some(r)) = (s.experts_dropped, s.experts_routed)
-        && d > 0
+        && (d > 0 || run.config.drop_cold_frac().is_some())
     {
         let p = figures::pct(d as f64, r as f64).unwrap_or(0.0);
         segs.push(format!("dropped {d}/{r} ({p:.1}%)"));
