@@ -107,6 +107,9 @@ pub struct RunStats {
     pub instrumented_by: Vec<(&'static str, Instrumentation)>,
     /// Sampling was stochastic (`temp>0`).
     pub stochastic: bool,
+    /// Comparability class (plain, lossy, replayed, instrumented, speculated): runs of
+    /// different classes are never averaged or tabled together.
+    pub class: bmoe_telemetry::class::RunClass,
 }
 
 fn num(map_get: Option<&str>) -> f64 {
@@ -176,6 +179,7 @@ impl RunStats {
             instrumented: file.info.is_instrumented(),
             instrumented_by: file.info.instrumented_by(),
             stochastic: file.info.is_stochastic(),
+            class: file.info.class(&file.summaries),
             walls: decode.wall_ms,
         }))
     }
@@ -531,7 +535,65 @@ fn run_label(r: &RunStats) -> String {
     if r.stochastic {
         s.push_str(" [stochastic]");
     }
+    if !r.class.is_plain() {
+        let _ = write!(s, " [{}]", r.class.describe());
+    }
     s
+}
+
+/// The runs split by comparability class, in order of each class's first run; one group
+/// (the input, unchanged) when every run shares a class.
+#[must_use]
+pub fn class_groups(runs: &[RunStats]) -> Vec<(String, Vec<RunStats>)> {
+    let mut groups: Vec<(String, Vec<RunStats>)> = Vec::new();
+    for r in runs {
+        let key = r.class.key();
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(r.clone()),
+            None => groups.push((key, vec![r.clone()])),
+        }
+    }
+    groups
+}
+
+/// The stderr note when runs of several classes were given: which files were kept apart
+/// and why. `None` when there is one class.
+#[must_use]
+pub fn class_note(groups: &[(String, Vec<RunStats>)]) -> Option<String> {
+    if groups.len() < 2 {
+        return None;
+    }
+    let mut s = format!(
+        "note: {} comparability classes, kept apart (never averaged or tabled together):",
+        groups.len()
+    );
+    for (key, runs) in groups {
+        let files: Vec<String> = runs.iter().map(|r| r.path.display().to_string()).collect();
+        let why = runs.first().map(|r| r.class.describe()).unwrap_or_default();
+        let _ = write!(s, "\n  {key}: {} — {why}", files.join(", "));
+    }
+    Some(s)
+}
+
+/// [`runs_table`] per class: one table under a `== class: <key> ==` heading per class when
+/// the runs span several, the plain table itself when they share one plain class.
+#[must_use]
+pub fn runs_table_by_class(groups: &[(String, Vec<RunStats>)]) -> String {
+    match groups {
+        [] => runs_table(&[]),
+        [(k, runs)] if k == "plain" => runs_table(runs),
+        _ => {
+            let mut out = String::new();
+            for (i, (key, runs)) in groups.iter().enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                let _ = writeln!(out, "== class: {key} ==");
+                out.push_str(&runs_table(runs));
+            }
+            out
+        }
+    }
 }
 
 /// Per-run statistics table with the bootstrap CI of the mean token time.
@@ -651,6 +713,14 @@ pub fn compare(a: &RunStats, b: &RunStats) -> Result<String> {
     if a.instrumented != b.instrumented || a.stochastic != b.stochastic {
         out.push_str("warning: one run is traced or stochastic and the other is not; the ratio mixes run kinds\n");
     }
+    if a.class.key() != b.class.key() {
+        let _ = writeln!(
+            out,
+            "warning: A is {} and B is {}: different comparability classes, the ratio is a trade, not a like-for-like speed-up",
+            a.class.describe(),
+            b.class.describe()
+        );
+    }
     Ok(out)
 }
 
@@ -662,7 +732,7 @@ pub fn runs_json(runs: &[RunStats]) -> serde_json::Value {
             .map(|r| {
                 let ci = r.token_ms_ci();
                 let by: Vec<&str> = r.instrumented_by.iter().map(|(k, _)| *k).collect();
-                serde_json::json!({
+                let mut v = serde_json::json!({
                     "path": r.path.display().to_string(),
                     "tokens": r.walls.len(),
                     "mean_ms_per_token": ci.map(|c| c.estimate),
@@ -674,7 +744,15 @@ pub fn runs_json(runs: &[RunStats]) -> serde_json::Value {
                     "instrumented": r.instrumented,
                     "instrumented_by": by,
                     "stochastic": r.stochastic,
-                })
+                });
+                // Only a non-plain run carries its class, so plain output keeps its shape.
+                if !r.class.is_plain()
+                    && let Some(o) = v.as_object_mut()
+                {
+                    o.insert("class".into(), r.class.key().into());
+                    o.insert("class_by".into(), r.class.describe().into());
+                }
+                v
             })
             .collect(),
     )

@@ -234,9 +234,15 @@ fn run() -> Result<()> {
         let _ = execute!(std::io::stdout(), EnableBracketedPaste);
     }
     source::terminal(&tx);
+    let csv = if cli.command.is_empty() || cli.session {
+        None
+    } else {
+        replay::csv_of_argv(&cli.command)
+    };
     let mut ends = Ends {
         child: &mut child,
         writer: &mut writer,
+        csv,
     };
     let result = event_loop(
         &mut terminal,
@@ -271,6 +277,9 @@ fn run() -> Result<()> {
 struct Ends<'a> {
     child: &'a mut Option<Child>,
     writer: &'a mut Option<source::SessionWriter>,
+    /// The spawned engine's `--csv` file: its trailer completes the routing-edit ledger
+    /// (substitution has no stdout line) once the engine has exited.
+    csv: Option<PathBuf>,
 }
 
 /// Waits up to `limit` for the child to exit; true when it did.
@@ -387,6 +396,14 @@ fn event_loop(
             && let Ok(Some(status)) = c.try_wait()
         {
             app.child_alive = false;
+            // The engine wrote its CSV trailer before exiting: the substituted share (and a
+            // dropped share the `moe-drop:` line did not give) comes from it.
+            if let (Some(csv), Some(s)) = (ends.csv.as_deref(), app.run.summary.as_ref()) {
+                let mut s = s.clone();
+                if replay::fold_csv_ledger(&mut s, csv) {
+                    app.push(Event::Summary(Box::new(s)));
+                }
+            }
             app.push(Event::Ended(format!("engine {status}")));
             *ends.child = None;
             *ends.writer = None;

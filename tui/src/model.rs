@@ -231,6 +231,11 @@ impl RunConfig {
         self.num("drop_cold_frac").filter(|f| *f > 0.0)
     }
 
+    /// Substitution λ (`substitute_lambda=`), when the run set one above 0.
+    pub fn substitute_lambda(&self) -> Option<f64> {
+        self.num("substitute_lambda").filter(|l| *l > 0.0)
+    }
+
     /// Why this run is not a benchmark (traced, probed, stochastic, speculated); empty when it is
     /// one as far as its facts say.
     pub fn not_benchmark_reasons(&self) -> Vec<&'static str> {
@@ -311,6 +316,10 @@ pub struct RunSummary {
     pub experts_routed: Option<u64>,
     /// Routed experts it discarded.
     pub experts_dropped: Option<u64>,
+    /// Missed slots `--expert-substitute` examined (trailer `experts_reranked`).
+    pub experts_reranked: Option<u64>,
+    /// Slots it moved to a resident expert (trailer `experts_substituted`).
+    pub experts_substituted: Option<u64>,
     /// Drafted tokens (speculation).
     pub mtp_drafted: Option<u64>,
     /// Accepted drafted tokens.

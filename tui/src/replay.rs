@@ -77,6 +77,8 @@ pub fn trailer_to_summary(t: &SummaryTrailer) -> RunSummary {
         loop_overhead_s_tok: f("loop_overhead_s/tok"),
         experts_routed: u("experts_routed"),
         experts_dropped: u("experts_dropped"),
+        experts_reranked: u("experts_reranked"),
+        experts_substituted: u("experts_substituted"),
         mtp_drafted: u("mtp_drafted"),
         mtp_accepted: u("mtp_accepted"),
         mtp_decodes: u("mtp_decodes"),
@@ -85,6 +87,43 @@ pub fn trailer_to_summary(t: &SummaryTrailer) -> RunSummary {
         threads: None,
         lines: vec![format!("# summary {}", line.join(" "))],
     }
+}
+
+/// The `--csv PATH` (or `--csv=PATH`) of a spawned engine's argv: where a live run's trailer
+/// lands, since the routing-edit ledger (`experts_reranked`, `experts_substituted`) has no
+/// stdout line.
+pub fn csv_of_argv(argv: &[String]) -> Option<std::path::PathBuf> {
+    let mut it = argv.iter();
+    while let Some(a) = it.next() {
+        if a == "--csv" {
+            return it.next().map(std::path::PathBuf::from);
+        }
+        if let Some(p) = a.strip_prefix("--csv=") {
+            return Some(p.into());
+        }
+    }
+    None
+}
+
+/// Fills the routing-edit ledger of a live run's `summary` from the last `# summary` trailer
+/// of its `--csv` file: the keys the end-of-run lines did not give (`moe-drop:` gives routed
+/// and dropped; substitution has no line). `false` when the file has no readable trailer.
+pub fn fold_csv_ledger(summary: &mut RunSummary, csv: &Path) -> bool {
+    let Ok(mut r) = MetricsReader::open(csv) else {
+        return false;
+    };
+    for _ in r.by_ref() {}
+    let Some(t) = r.summaries().last() else {
+        return false;
+    };
+    let u = |k: &str| t.get_u64(k);
+    summary.experts_routed = summary.experts_routed.or_else(|| u("experts_routed"));
+    summary.experts_dropped = summary.experts_dropped.or_else(|| u("experts_dropped"));
+    summary.experts_reranked = summary.experts_reranked.or_else(|| u("experts_reranked"));
+    summary.experts_substituted = summary
+        .experts_substituted
+        .or_else(|| u("experts_substituted"));
+    true
 }
 
 /// Reads a metrics CSV into events: the preamble as [`Event::Config`], a [`Event::Begin`] per

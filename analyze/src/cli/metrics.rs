@@ -57,10 +57,17 @@ pub fn run(a: &MetricsArgs) -> Result<String> {
         return session_dir(a, dir);
     }
     let runs = files::read_runs(&files::expand(&a.paths, &mut super::print_note)?, a.trim)?;
+    // Runs of different comparability classes are never tabled together: grouped by class
+    // (in order of each class's first run), each group labelled, and stderr says which files.
+    let groups = metrics::class_groups(&runs);
+    if let Some(note) = metrics::class_note(&groups) {
+        eprintln!("{note}");
+    }
+    let grouped: Vec<RunStats> = groups.iter().flat_map(|(_, g)| g.iter().cloned()).collect();
     Ok(match a.format {
-        Format::Json => format!("{:#}\n", metrics::runs_json(&runs)),
-        Format::Csv => a.tables.render(&[tables::runs_table(&runs)])?,
-        Format::Text => metrics::runs_table(&runs),
+        Format::Json => format!("{:#}\n", metrics::runs_json(&grouped)),
+        Format::Csv => a.tables.render(&[tables::runs_table(&grouped)])?,
+        Format::Text => metrics::runs_table_by_class(&groups),
     })
 }
 
@@ -112,6 +119,15 @@ fn plot_first(a: &MetricsArgs) -> Result<()> {
 /// `--compare A B`: the ratio of mean token time A/B with its CI, and the compare plot.
 fn compare(a: &MetricsArgs, path_a: &Path, path_b: &Path) -> Result<String> {
     let (x, y) = (read_run(path_a, a.trim)?, read_run(path_b, a.trim)?);
+    if x.class.key() != y.class.key() {
+        eprintln!(
+            "note: {} is {} and {} is {}: runs of different comparability classes",
+            path_a.display(),
+            x.class.describe(),
+            path_b.display(),
+            y.class.describe()
+        );
+    }
     if let Some(out) = &a.plot {
         plot::compare_runs(out, &x, &y, a.trim)?;
         super::plotted(out);

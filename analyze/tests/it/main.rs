@@ -21,3 +21,4 @@ mod replay_bound;
 mod robustness;
 mod route_columns;
 mod route_format;
+mod run_class;

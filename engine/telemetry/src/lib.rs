@@ -134,6 +134,7 @@
 
 pub mod attribution;
 pub mod cell;
+pub mod class;
 pub mod cli_flags;
 pub mod deltas;
 pub mod detect;

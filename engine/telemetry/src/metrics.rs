@@ -560,6 +560,26 @@ impl RunInfo {
         !self.instrumented_by().is_empty()
     }
 
+    /// The run's comparability class ([`crate::class::RunClass`]) from this preamble and
+    /// the run's trailers (the last one that has a key wins; trailers only add evidence the
+    /// preamble lacks, e.g. `experts_dropped` in a file with no preamble).
+    pub fn class(&self, summaries: &[SummaryTrailer]) -> crate::class::RunClass {
+        crate::class::RunClass::from_keys(|k| {
+            self.get_formatted(k)
+                .or_else(|| self.extra.get(k).map(str::to_string))
+                .filter(|v| {
+                    // a preamble `0` still lets a trailer count that says otherwise
+                    !(v.trim().parse::<f64>().is_ok_and(|n| n == 0.0))
+                })
+                .or_else(|| {
+                    summaries
+                        .iter()
+                        .rev()
+                        .find_map(|s| s.get(k).map(str::to_string))
+                })
+        })
+    }
+
     /// Whether sampling was stochastic (`temp>0`).
     pub fn is_stochastic(&self) -> bool {
         self.temp.is_some_and(|t| t > 0.0)

@@ -22,6 +22,9 @@ struct Entry<'a> {
     model: &'a str,
     device: &'a str,
     cell: &'a str,
+    /// The runs' comparability class with its evidence, only when it is not plain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    class: Option<&'a str>,
     axes: &'a indexmap::IndexMap<String, String>,
     n: usize,
     mean: Option<f64>,
@@ -79,6 +82,7 @@ fn entries(report: &Report) -> Vec<Entry<'_>> {
                 model: &r.model,
                 device: &r.device,
                 cell: &r.cell,
+                class: r.class.as_deref(),
                 axes: &r.axes,
                 n,
                 mean: (n > 0).then_some(st.tok_s),
@@ -138,6 +142,9 @@ pub fn markdown(report: &Report) -> String {
         }
         if !e.loaded_runs.is_empty() {
             marks.push_str(" (loaded)");
+        }
+        if let Some(c) = e.class {
+            marks.push_str(&format!(" [{c}]"));
         }
         let _ = writeln!(
             s,

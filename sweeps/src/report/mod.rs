@@ -95,6 +95,14 @@ pub struct CellRow {
     pub excluded: Vec<String>,
     /// Engine version from the CSV preamble.
     pub engine: Option<String>,
+    /// The comparability class of the runs aggregated, with its evidence, when it is not
+    /// plain (`lossy (drop_cold_frac=0.5)`); a cell whose runs span several classes has one
+    /// row per class.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// The class key of the runs aggregated (`plain`, `lossy`, `speculated:ngram`, ...).
+    #[serde(skip)]
+    pub class_key: String,
     /// Session cells: one row per turn (the k-th turn of every run aggregated), when the runs
     /// have several turns.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -106,6 +114,21 @@ pub struct CellRow {
     #[serde(skip)]
     pub used_turns: Vec<Vec<TurnRecord>>,
 }
+
+impl CellRow {
+    /// The cell tag as tables print it: the tag, then ` [class]` when its runs are not plain.
+    #[must_use]
+    pub fn label(&self) -> String {
+        if self.class.is_some() {
+            format!("{} [{}]", self.cell, self.class_key)
+        } else {
+            self.cell.clone()
+        }
+    }
+}
+
+/// One comparability class of a cell: its key, its runs, their session turns.
+type ClassGroup<'a> = (String, Vec<&'a RunFigures>, Vec<Vec<TurnRecord>>);
 
 /// The k-th turn of a session cell, over its runs.
 #[derive(Debug, Clone, Serialize)]
@@ -390,6 +413,8 @@ pub fn build(
             .push(i);
     }
     let mut rows = Vec::new();
+    // One line per cell whose runs span several comparability classes (report warnings).
+    let mut kept_apart: Vec<String> = Vec::new();
     for ((sweep, cell), idx) in &cells {
         let first = &records[idx[0]];
         let mut used: Vec<&RunFigures> = Vec::new();
@@ -434,22 +459,71 @@ pub fn build(
                 }
             }
         }
-        rows.push(CellRow {
-            sweep: sweep.clone(),
-            model: first.model.clone(),
-            device: first.device.clone(),
-            cell: cell.clone(),
-            axes: first.axes.clone(),
-            stats: stats::CellStats::default(),
-            used: used.iter().map(|u| (*u).clone()).collect(),
-            used_turns,
-            turns: Vec::new(),
-            vs_baseline: None,
-            excluded,
-            engine: idx
+        let engine = idx
+            .iter()
+            .find_map(|&i| run_stats[i].as_ref().and_then(|s| s.engine.clone()));
+        // Runs of different comparability classes are never averaged: one row per class,
+        // in order of each class's first run (a plain-only cell is one row, as before).
+        let mut groups: Vec<ClassGroup<'_>> = Vec::new();
+        for (u, t) in used.into_iter().zip(used_turns) {
+            let key = u.class.key();
+            match groups.iter_mut().find(|(k, _, _)| *k == key) {
+                Some((_, us, ts)) => {
+                    us.push(u);
+                    ts.push(t);
+                }
+                None => groups.push((key, vec![u], vec![t])),
+            }
+        }
+        if groups.is_empty() {
+            groups.push(("plain".into(), Vec::new(), Vec::new()));
+        }
+        if groups.len() > 1 {
+            let parts: Vec<String> = groups
                 .iter()
-                .find_map(|&i| run_stats[i].as_ref().and_then(|s| s.engine.clone())),
-        });
+                .map(|(k, us, _)| {
+                    let dirs: Vec<String> = idx
+                        .iter()
+                        .filter(|&&i| {
+                            run_stats[i]
+                                .as_ref()
+                                .is_some_and(|s| us.iter().any(|u| std::ptr::eq(*u, s)))
+                        })
+                        .map(|&i| records[i].dir.clone())
+                        .collect();
+                    let why = us.first().map(|u| u.class.describe()).unwrap_or_default();
+                    format!("{k}: {} — {why}", dirs.join(", "))
+                })
+                .collect();
+            kept_apart.push(format!(
+                "cell `{cell}` ({sweep}): runs of {} comparability classes kept apart, one row each (never averaged together): {}",
+                groups.len(),
+                parts.join("; ")
+            ));
+        }
+        for (g, (key, us, ts)) in groups.into_iter().enumerate() {
+            let class = us
+                .first()
+                .filter(|u| !u.class.is_plain())
+                .map(|u| u.class.describe());
+            rows.push(CellRow {
+                sweep: sweep.clone(),
+                model: first.model.clone(),
+                device: first.device.clone(),
+                cell: cell.clone(),
+                axes: first.axes.clone(),
+                stats: stats::CellStats::default(),
+                used: us.iter().map(|u| (*u).clone()).collect(),
+                used_turns: ts,
+                turns: Vec::new(),
+                vs_baseline: None,
+                // the cell's exclusions are listed once, on its first row
+                excluded: if g == 0 { excluded.clone() } else { Vec::new() },
+                engine: engine.clone(),
+                class,
+                class_key: key,
+            });
+        }
     }
     // The bootstraps dominate: run them on every core.
     let aggregates = par_map(&rows, |r: &CellRow| {
@@ -461,7 +535,8 @@ pub fn build(
     }
     // Baseline ratios within each (sweep, model).
     if let Some(b) = &baseline {
-        let usable = |sweep: &str, cell: &str| -> Vec<&RunFigures> {
+        // Only the runs of the row's own class: a ratio never mixes classes either.
+        let usable = |sweep: &str, cell: &str, class: &str| -> Vec<&RunFigures> {
             records
                 .iter()
                 .enumerate()
@@ -470,6 +545,7 @@ pub fn build(
                 })
                 .filter_map(|(i, _)| run_stats[i].as_ref())
                 .filter(|s| s.flag.is_none() && s.decode.tokens() > 0)
+                .filter(|s| s.class.key() == class)
                 .collect()
         };
         let found = rows.iter().any(|r| &r.cell == b);
@@ -488,19 +564,20 @@ pub fn build(
             else {
                 continue;
             };
-            if rows[i].cell == base.cell {
+            if rows[i].cell == base.cell && rows[i].class_key == base.class_key {
                 // The baseline against itself is 1 by definition; a bootstrap of two
                 // independent resamples of the same runs would only show their spread.
                 rows[i].vs_baseline = Some(stats::Ratio::baseline());
                 continue;
             }
-            let base_runs = usable(&base.sweep, &base.cell);
-            let cell_runs = usable(&rows[i].sweep, &rows[i].cell);
+            let base_runs = usable(&base.sweep, &base.cell, &base.class_key);
+            let cell_runs = usable(&rows[i].sweep, &rows[i].cell, &rows[i].class_key);
             rows[i].vs_baseline = stats::ratio(&cell_runs, &base_runs, boot);
         }
     }
     let incomplete = completeness(root, &records);
-    let (warnings, flags) = warnings::warnings(&rows, &records, &run_stats);
+    let (mut warnings, flags) = warnings::warnings(&rows, &records, &run_stats);
+    warnings.extend(kept_apart);
     Ok(Report {
         incomplete,
         skipped,

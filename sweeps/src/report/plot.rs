@@ -154,7 +154,7 @@ fn cells_plot(path: &Path, title: &str, rows: &[&CellRow]) -> DrawResult {
         .x_label_area_size(70)
         .y_label_area_size(60)
         .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..ymax)?;
-    let labels: Vec<String> = rows.iter().map(|r| r.cell.clone()).collect();
+    let labels: Vec<String> = rows.iter().map(|r| r.label()).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()

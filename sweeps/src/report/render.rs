@@ -73,11 +73,11 @@ fn turn_table(s: &mut String, rows: &[&CellRow], notes: &mut Vec<String>) {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.cell,
+                r.label(),
                 t.turn,
                 st.runs,
                 tps,
-                across_runs(st, notes, &format!("{} turn {}", r.cell, t.turn)),
+                across_runs(st, notes, &format!("{} turn {}", r.label(), t.turn)),
                 opt(t.prefill_s, |v| format!("{v:.3}")),
                 opt(t.n_prompt, |v| format!("{v:.0}")),
                 opt(t.n_past, |v| format!("{v:.0}")),
@@ -174,10 +174,10 @@ pub fn markdown(report: &Report) -> String {
             let _ = write!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.cell,
+                r.label(),
                 st.runs,
                 tps,
-                across_runs(st, &mut notes, &r.cell),
+                across_runs(st, &mut notes, &r.label()),
                 range(st.within_ci),
                 if st.runs == 0 {
                     "—".into()
@@ -214,7 +214,7 @@ pub fn markdown(report: &Report) -> String {
                         Some(why) => {
                             notes.push(format!(
                                 "`{}` vs `{}`: {why}; the bootstrap gives [{:.3}, {:.3}]",
-                                r.cell,
+                                r.label(),
                                 base.unwrap_or_default(),
                                 x.low,
                                 x.high
@@ -316,7 +316,7 @@ fn csv_row(s: &mut String, r: &CellRow, st: &super::stats::CellStats, turn: Opti
             r.sweep.clone(),
             r.model.clone(),
             r.device.clone(),
-            r.cell.clone(),
+            r.label(),
             axes.join(";"),
             st.runs.to_string(),
             format!("{}", st.tok_s),

@@ -46,8 +46,11 @@ pub struct RunFigures {
     pub stall_s_tok: f64,
     /// Mean cache-management s/token.
     pub mgmt_s_tok: f64,
-    /// Why the run is not a benchmark run (traced, probed, stochastic, speculative).
+    /// Why the run is not a benchmark run (traced, probed, stochastic).
     pub flag: Option<String>,
+    /// Comparability class (plain, lossy, replayed, instrumented, speculated): a cell
+    /// averages only runs of one class.
+    pub class: bmoe_telemetry::class::RunClass,
     /// Engine version from the preamble.
     pub engine: Option<String>,
     /// Compute threads from the preamble.
@@ -106,9 +109,8 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunFigures> {
     if info.is_stochastic() {
         flags.push("stochastic (temp>0)".to_string());
     }
-    if info.spec.as_deref().is_some_and(|s| s != "off") {
-        flags.push("speculative (spec != off)".to_string());
-    }
+    // Speculated runs are a class of their own (grouped apart, never averaged with plain
+    // ones, nor mtp with ngram), not excluded: see `class` below.
     let flag = (!flags.is_empty()).then(|| flags.join(", "));
     let mut stats = stats_of(&rows, trim, trailer_hit);
     // A session CSV spans every turn (the `turn` column): each turn also gets its own figures,
@@ -131,6 +133,7 @@ pub fn run_stats(csv: &Path, trim: usize) -> Result<RunFigures> {
             .collect();
     }
     stats.flag = flag;
+    stats.class = info.class(r.summaries());
     stats.engine = info.engine.clone();
     stats.threads = info.threads;
     Ok(stats)
@@ -166,6 +169,7 @@ fn stats_of(rows: &[TokenRow], trim: usize, trailer_hit: Option<f64>) -> RunFigu
         stall_s_tok: per(|x| x.stall_ms),
         mgmt_s_tok: per(|x| x.mgmt_ms),
         flag: None,
+        class: Default::default(),
         engine: None,
         threads: None,
         turns: Vec::new(),

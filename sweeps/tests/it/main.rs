@@ -8,6 +8,7 @@
 mod hostile;
 mod model_cli;
 mod model_hostile;
+mod report_class;
 mod report_export;
 mod report_partial;
 mod report_stats;

@@ -100,6 +100,9 @@ pub fn run_label(run: &RunState) -> String {
     if let Some(f) = c.drop_cold_frac() {
         parts.push(format!("drop {f}"));
     }
+    if let Some(l) = c.substitute_lambda() {
+        parts.push(format!("subst λ{l}"));
+    }
     if let Some(t) = c.threads() {
         parts.push(format!("{t} threads"));
     }

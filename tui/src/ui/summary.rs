@@ -85,11 +85,24 @@ pub fn summary_lines(run: &RunState, theme: &Theme, width: u16) -> Vec<Line<'sta
     ) {
         segs.push(format!("cache {res:.0}/{bud:.0} MiB"));
     }
+    // A run that set a drop threshold says what it dropped, even nothing.
     if let (Some(d), Some(r)) = (s.experts_dropped, s.experts_routed)
-        && d > 0
+        && (d > 0 || run.config.drop_cold_frac().is_some())
     {
         let p = figures::pct(d as f64, r as f64).unwrap_or(0.0);
         segs.push(format!("dropped {d}/{r} ({p:.1}%)"));
+    }
+    // The substituted share of routed slots: how much of the hit rate was steered toward
+    // what was resident (the seed's reading of `experts_substituted`).
+    if let (Some(sub), Some(r)) = (s.experts_substituted, s.experts_routed)
+        && (sub > 0 || s.experts_reranked.is_some_and(|x| x > 0))
+    {
+        let p = figures::pct(sub as f64, r as f64).unwrap_or(0.0);
+        let mut seg = format!("substituted {sub}/{r} ({p:.1}%)");
+        if let Some(x) = s.experts_reranked {
+            seg.push_str(&format!(", {x} examined"));
+        }
+        segs.push(seg);
     }
     if let Some(c) = s.compute_s_tok {
         segs.push(format!("engine residual {c:.3} s/tok"));

@@ -854,3 +854,69 @@ fn speculated_group_figures_are_per_token_on_screen() {
     };
     assert_eq!(bars(&single), bars(&group));
 }
+
+#[test]
+fn replay_shows_the_dropped_and_substituted_share_of_routed_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = drops_csv(dir.path());
+    // the same run, as a substituting one: the preamble's λ and the trailer's ledger
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("drop_cold_frac=0.75"), "{text}");
+    let text = text
+        .replacen(
+            "drop_cold_frac=0.75",
+            "drop_cold_frac=0.75 substitute_lambda=0.5",
+            1,
+        )
+        .replacen(
+            "experts_dropped=288",
+            "experts_dropped=288 experts_reranked=400 experts_substituted=96",
+            1,
+        );
+    let sub = dir.path().join("subst.csv");
+    std::fs::write(&sub, text).unwrap();
+    let mut app = App::new(SourceKind::Replay, "replay subst.csv", RunConfig::default());
+    for e in replay::load(&sub).unwrap() {
+        app.push(e);
+    }
+    app.seek_tokens(usize::MAX);
+    let s = app.run.summary.as_ref().unwrap();
+    assert_eq!(
+        (s.experts_reranked, s.experts_substituted),
+        (Some(400), Some(96))
+    );
+    let end = render(&app, 200, 60);
+    assert!(end.contains("dropped 288/2880 (10.0%)"), "{end}");
+    assert!(
+        end.contains("substituted 96/2880 (3.3%), 400 examined"),
+        "{end}"
+    );
+    assert!(end.contains("subst λ0.5"), "{end}");
+    // a run that substituted nothing says nothing about substitution
+    let plain = render(
+        &{
+            let mut a = App::new(SourceKind::Replay, "replay drops.csv", RunConfig::default());
+            for e in replay::load(&path).unwrap() {
+                a.push(e);
+            }
+            a.seek_tokens(usize::MAX);
+            a
+        },
+        200,
+        60,
+    );
+    assert!(!plain.contains("substituted"), "{plain}");
+}
+
+#[test]
+fn live_moe_drop_line_shows_the_dropped_share() {
+    let mut lines = end_of_run_lines();
+    lines.push(
+        "moe-drop: 12/480 routed experts dropped (2.5%), threshold 0.75 x uniform".to_string(),
+    );
+    let app = live(SERIAL_CMD, &lines);
+    let s = app.run.summary.as_ref().unwrap();
+    assert_eq!((s.experts_dropped, s.experts_routed), (Some(12), Some(480)));
+    let screen = render(&app, 200, 60);
+    assert!(screen.contains("dropped 12/480 (2.5%)"), "{screen}");
+}

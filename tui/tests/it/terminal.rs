@@ -859,3 +859,54 @@ fn with_progress_the_lanes_and_bandwidth_are_the_engines_statement() {
     );
     assert!(end.contains(&format!("{lanes} lanes")), "header: {end}");
 }
+
+#[test]
+fn a_live_routing_edit_run_shows_its_dropped_and_substituted_share() {
+    let Some(cli) = engine_cli() else {
+        eprintln!(
+            "skipping: bmoe-cli not found next to bmoe-top, in $BMOE_CLI or on PATH (cargo build -p bmoe-engine --bin bmoe-cli)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("edit.csv");
+    // The built-in tiny model under a 1 MiB cache: misses enough for both edits to act.
+    let cmd = format!(
+        "{} -- {} --moe-stream --cache-mb 1 -t 1 -n 24 --ignore-eos --drop-cold-experts 1 --expert-substitute 1 -p 'Hello world, this is a test' --csv {}",
+        bin(),
+        cli.display(),
+        csv.display()
+    );
+    let Some(t) = Tmux::start(&cmd, 140, 40) else {
+        return;
+    };
+    let s = t.wait_long("substituted share", 120, |s| s.contains("substituted "));
+    // The figures are the run's own ledger, from the trailer it wrote.
+    let trailer = std::fs::read_to_string(&csv).unwrap();
+    let key = |k: &str| -> u64 {
+        trailer
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {trailer}"))
+    };
+    let (routed, dropped, reranked, sub) = (
+        key("experts_routed"),
+        key("experts_dropped"),
+        key("experts_reranked"),
+        key("experts_substituted"),
+    );
+    assert!(routed > 0 && sub > 0, "{trailer}");
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let share = |n: u64| 100.0 * n as f64 / routed as f64;
+    let want_sub = format!(
+        "substituted {sub}/{routed} ({:.1}%), {reranked} examined",
+        share(sub)
+    );
+    let want_drop = format!("dropped {dropped}/{routed} ({:.1}%)", share(dropped));
+    assert!(flat.contains(&want_sub), "{want_sub}: {s}");
+    assert!(flat.contains(&want_drop), "{want_drop}: {s}");
+    assert!(flat.contains("subst λ1"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("clean exit", |s| s.contains("EXIT=0"));
+}
