@@ -54,6 +54,15 @@ pub enum EngineError {
         /// `general.architecture`.
         arch: String,
     },
+    /// `--mtp` on a model this build cannot draft from with an MTP head.
+    #[error(
+        "--mtp: no MTP head drafting for architecture '{}' in this build — the vendored llama.cpp's MTP graphs cover archs (qwen35moe, glm4moe, …) whose heads bmoe cannot load or synthesise yet",
+        bmoe_gguf::escape(arch)
+    )]
+    NoMtpHead {
+        /// `general.architecture`.
+        arch: String,
+    },
     /// `--n-expert-used` above the model's expert count.
     #[error("--n-expert-used={k} exceeds the model's expert count ({n})")]
     TooManyExpertsUsed {
@@ -172,6 +181,7 @@ impl EngineError {
             E::Model(e) => e.hint().into(),
             E::NoRecipe { .. } => "run without --moe-stream (plain llama.cpp), or see --list-archs for the architectures this build streams".into(),
             E::NotMoe { .. } => "drop --n-expert-used for dense models".into(),
+            E::NoMtpHead { .. } => "use --ngram (prompt-lookup drafts need no head), or run without --mtp".into(),
             E::TooManyExpertsUsed { n, .. } => format!("use a value in 1..={n}"),
             E::Output(e) => e.hint(),
             E::Load(_) | E::Capture(_) => llama_reason_hint().into(),

@@ -70,6 +70,9 @@ pub struct RunState {
     pub wall_hist: Vec<f64>,
     /// Flash MiB per timed row over the whole source (sparkline).
     pub read_hist: Vec<f64>,
+    /// The last timed row said batch 1: followers after it are a live group's (the line
+    /// protocol carries no `mtp_batch`), so they grow [`Self::last`]'s batch.
+    live_group: bool,
     /// The generation's answer and thinking span as the engine sent them (raw; [`Self::answer`]
     /// and [`Self::reasoning`] give them cleaned for drawing).
     pub text: TextAccumulator,
@@ -182,6 +185,18 @@ impl RunState {
             self.text.apply(&d.to_progress());
         }
         if s.is_follower() {
+            // A recorded group's first row carries its size (mtp_batch); the line protocol has
+            // no such field, so live rows all read as batch 1 and each follower grows the group
+            // it trails, whose per-token figures are then divided again.
+            if self.live_group
+                && let Some(first) = self.last.as_mut()
+            {
+                first.mtp_batch += 1;
+                let per = first.per_token();
+                if let (Some(w), Some(r)) = (self.wall_hist.last_mut(), self.read_hist.last_mut()) {
+                    (*w, *r) = (per.wall_ms, per.read_mib);
+                }
+            }
             return;
         }
         let t = &mut self.totals;
@@ -200,6 +215,7 @@ impl RunState {
         if s.stall_ms > 0.0 || (s.wall_ms > 0.0 && s.io_ms > s.wall_ms * 1.05) {
             self.overlap_evidence = true;
         }
+        self.live_group = s.mtp_batch == 1;
         let per = s.per_token();
         self.wall_hist.push(per.wall_ms);
         self.read_hist.push(per.read_mib);
@@ -779,6 +795,32 @@ mod tests {
         let b = r.live_bars().unwrap();
         assert!((b.wall_ms - 100.0).abs() < 1e-9);
         assert!((b.compute_ms.unwrap() - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn live_followers_grow_the_group_the_protocol_cannot_size() {
+        // BMOE_PROGRESS has no mtp_batch: a live verify decode of 3 tokens arrives as one
+        // timed line and two zero lines, each read as batch 1
+        let mut r = RunState::new(cfg(&[("threads", "2")]));
+        let first = TokenSample {
+            wall_ms: 300.0,
+            cpu_ms: 600.0,
+            read_mib: 6.0,
+            ..TokenSample::default()
+        };
+        r.apply(&Event::Token(Box::new(first.clone()), None));
+        assert!((r.live_tok_s().unwrap() - 1000.0 / 300.0).abs() < 1e-9);
+        for _ in 0..2 {
+            r.apply(&Event::Token(Box::default(), None));
+        }
+        assert_eq!(r.last.as_ref().unwrap().mtp_batch, 3);
+        assert!((r.live_tok_s().unwrap() - 10.0).abs() < 1e-9);
+        assert_eq!(r.wall_hist, vec![100.0]);
+        assert_eq!(r.read_hist, vec![2.0]);
+        assert!((r.avg_tok_s().unwrap() - 10.0).abs() < 1e-9);
+        // the next plain line is a group of its own
+        r.apply(&Event::Token(Box::new(first), None));
+        assert_eq!(r.last.as_ref().unwrap().mtp_batch, 1);
     }
 
     #[test]

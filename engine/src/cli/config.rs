@@ -3,6 +3,7 @@
 
 use super::routing::RoutingConfig;
 use super::sampling::Sampling;
+use super::spec::Spec;
 use super::streaming::StreamConfig;
 use crate::graph::timing::Granularity;
 use crate::memory::dense::DenseWeights;
@@ -32,6 +33,8 @@ pub struct RunConfig {
     pub n_expert_used: Option<u32>,
     /// Sampling.
     pub sampling: Sampling,
+    /// Self-speculation (`--ngram`, `--mtp`).
+    pub spec: Spec,
     /// Per-token protocol lines.
     pub progress: bool,
     /// Streaming, when on.

@@ -13,6 +13,7 @@ mod outputs;
 mod routing;
 mod sampling;
 mod session;
+mod spec;
 mod streaming;
 mod testing;
 #[cfg(test)]
@@ -22,6 +23,7 @@ pub use crate::memory::dense::DenseWeights;
 pub use config::RunConfig;
 pub use error::ConfigError;
 pub use sampling::Sampling;
+pub use spec::{NGRAM_MAX_MATCH, Spec};
 pub use streaming::StreamConfig;
 
 use clap::parser::ValueSource;
@@ -41,6 +43,8 @@ pub struct Cli {
     pub(crate) model: model::ModelArgs,
     #[command(flatten)]
     sampling: sampling::SamplingArgs,
+    #[command(flatten)]
+    spec: spec::SpecArgs,
     #[command(flatten, next_help_heading = "Expert streaming")]
     stream: streaming::StreamArgs,
     #[command(flatten, next_help_heading = "Routing edits (lossy or replayed)")]
@@ -116,6 +120,7 @@ impl Cli {
         let shape = self.model.resolve()?;
         let prompt = self.model.prompt()?;
         let sampling = self.sampling.resolve()?;
+        let spec = self.spec.resolve(&sampling)?;
         let stream = self.stream.resolve()?;
         let routing = self.routing.resolve(stream.as_ref())?;
         let poison = self.testing.poison()?;
@@ -133,6 +138,7 @@ impl Cli {
             n_ubatch: shape.n_ubatch,
             n_expert_used: shape.n_expert_used,
             sampling,
+            spec,
             progress: self.outputs.progress,
             stream,
             routing,

@@ -393,6 +393,36 @@ impl<'m, H: EvalHook> Context<'m, H> {
             let batch = ll::llama_batch_get_one(tokens.as_mut_ptr(), n);
             ll::llama_decode(self.raw.as_ptr(), batch)
         };
+        self.decoded(rc)
+    }
+
+    /// Runs the model on `tokens` at positions `pos0..` of sequence 0 with logits for **every**
+    /// position (a speculation verify decode): row `i` is [`Context::logits_ith`]`(i)`.
+    pub fn decode_all_logits(&mut self, tokens: &[Token], pos0: i32) -> Result<(), DecodeError> {
+        let n = i32::try_from(tokens.len()).map_err(|_| DecodeError::Failed(-1))?;
+        let mut tok = tokens.to_vec();
+        let mut pos: Vec<ll::llama_pos> = (0..n).map(|i| pos0 + i).collect();
+        let mut n_seq: Vec<i32> = vec![1; tokens.len()];
+        let mut seq0: ll::llama_seq_id = 0;
+        let mut seq: Vec<*mut ll::llama_seq_id> = vec![&raw mut seq0; tokens.len()];
+        let mut logits: Vec<i8> = vec![1; tokens.len()];
+        let batch = ll::llama_batch {
+            n_tokens: n,
+            token: tok.as_mut_ptr(),
+            embd: std::ptr::null_mut(),
+            pos: pos.as_mut_ptr(),
+            n_seq_id: n_seq.as_mut_ptr(),
+            seq_id: seq.as_mut_ptr(),
+            logits: logits.as_mut_ptr(),
+        };
+        // SAFETY: every array the batch points at has n entries and outlives the call; each
+        // seq_id entry points at one live llama_seq_id; llama_decode copies what it keeps.
+        let rc = unsafe { ll::llama_decode(self.raw.as_ptr(), batch) };
+        self.decoded(rc)
+    }
+
+    /// A decode's return code as a result, after the hook's end-of-decode bookkeeping.
+    fn decoded(&mut self, rc: i32) -> Result<(), DecodeError> {
         if let Some(h) = self.hook_mut() {
             h.after_decode();
         }
@@ -401,6 +431,21 @@ impl<'m, H: EvalHook> Context<'m, H> {
             2 => Err(DecodeError::Aborted),
             _ if self.abort.load(Ordering::SeqCst) => Err(DecodeError::Aborted),
             other => Err(DecodeError::Failed(other)),
+        }
+    }
+
+    /// The logits of output row `i` of the last decode (`[]` when llama.cpp has no such row).
+    pub fn logits_ith(&self, i: i32) -> &[f32] {
+        let n = self.model.n_vocab();
+        // SAFETY: llama_get_logits_ith checks i against the last decode's outputs and returns
+        // null when it has none; a non-null row holds n_vocab floats until the next decode.
+        unsafe {
+            let p = ll::llama_get_logits_ith(self.raw.as_ptr(), i);
+            if p.is_null() {
+                &[]
+            } else {
+                std::slice::from_raw_parts(p, n)
+            }
         }
     }
 

@@ -590,6 +590,7 @@ fn done_record(engine: &Engine<'_>, id: i64, g: &Generation, n_past: usize) -> D
     let s = &g.summary;
     let t = &g.trailer;
     let n = s.n_gen.max(1) as f64;
+    let sp = s.spec.unwrap_or_default();
     let s_tok = s.decode_s / n;
     let st = s.stream.unwrap_or_default();
     let io_tok = st.io_s / n;
@@ -647,11 +648,11 @@ fn done_record(engine: &Engine<'_>, id: i64, g: &Generation, n_past: usize) -> D
         prefill_dev_read_mib: 0.0,
         prefill_dev_stall_s: 0.0,
         token_demand_mib: round_to(st.token_demand_bytes as f64 / MIB, 1),
-        mtp_drafted: 0,
-        mtp_accepted: 0,
-        mtp_decodes: 0,
-        mtp_draft_s_tok: 0.0,
-        drafted_steps: 0,
+        mtp_drafted: sp.drafted,
+        mtp_accepted: sp.accepted,
+        mtp_decodes: sp.decodes,
+        mtp_draft_s_tok: round_to(sp.draft_s / n, 4),
+        drafted_steps: sp.drafted_steps,
         loop_overhead_s_tok: round_to(t.loop_overhead_s / n, 4),
         reasoning: g.reasoning.clone(),
         text: g.answer.clone(),

@@ -27,6 +27,11 @@ pub struct RowContext {
     pub page_size: u64,
     /// Overlap: the eval thread's waits for the previous layer's reads, ms.
     pub drain_ms: f64,
+    /// Tokens the decode of this row confirmed: 1 plain, the group's size on a verify
+    /// decode's first row, 0 on the group's other rows.
+    pub mtp_batch: u64,
+    /// Drafting time of this row's group (a slice of `loop_overhead_ms`), ms.
+    pub mtp_draft_ms: f64,
 }
 
 /// One CSV row: every column of the seed, `0` where a feature of a later issue is off
@@ -58,8 +63,8 @@ pub fn token_row(t: &TokenStats, c: &RowContext) -> TokenRow {
         mem_free_mib: Some(mib(s.free)),
         swap_free_mib: Some(mib(s.swap_free)),
         loop_overhead_ms: Some(c.loop_overhead_ms),
-        mtp_batch: Some(1),
-        mtp_draft_ms: Some(0.0),
+        mtp_batch: Some(c.mtp_batch),
+        mtp_draft_ms: Some(c.mtp_draft_ms),
         drain_ms: Some(c.drain_ms),
         adopt_ms: Some(0.0),
         ra_issue_ms: Some(0.0),
@@ -146,6 +151,12 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
         t.push("experts_reranked", r.reranked.to_string());
         t.push("experts_substituted", r.substituted.to_string());
     }
+    let sp = s.spec.unwrap_or_default();
+    t.push("mtp_drafted", sp.drafted.to_string());
+    t.push("mtp_accepted", sp.accepted.to_string());
+    t.push("mtp_decodes", sp.decodes.to_string());
+    t.push_f64("mtp_draft_s/tok", sp.draft_s / n, 4);
+    t.push("drafted_steps", sp.drafted_steps.to_string());
     t.push("evictions", st.evictions.to_string());
     t.push("rereads", st.rereads.to_string());
     t.push_f64("prefill_cpu_s", c.prefill_cpu_s, 3);
@@ -277,10 +288,10 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
             cfg.compute_trace,
             Some((_, crate::graph::timing::Granularity::Layer))
         ))),
-        spec: Some("off".to_string()),
-        spec_draft_max: Some(0),
+        spec: Some(cfg.spec.name().to_string()),
+        spec_draft_max: Some(u64::from(cfg.spec.draft_max())),
         mtp_p_min: Some(0.0),
-        ngram_min_match: Some(0),
+        ngram_min_match: Some(u64::from(cfg.spec.min_match())),
         extra: {
             let mut m = cgroup_keys(crate::memory::picture::cgroup_memory().as_ref());
             // a traced run is a diagnostic, not a benchmark: say so where the numbers are
@@ -454,6 +465,8 @@ mod tests {
             page_size: 4096,
             turn: 0,
             drain_ms: 0.0,
+            mtp_batch: 1,
+            mtp_draft_ms: 0.0,
         };
         sink.write_row(&token_row(&sample_row(), &ctx)).unwrap();
         // flushed per row: readable before the trailer exists
@@ -492,6 +505,7 @@ mod tests {
                 substituted: 2,
                 drop_frac: 0.5,
             }),
+            spec: None,
         };
         sink.write_summary(&trailer(&summary, &TrailerContext::default()))
             .unwrap();

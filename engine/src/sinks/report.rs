@@ -6,7 +6,7 @@
 use bmoe_telemetry::protocol::{Load, Progress, round_to};
 use bmoe_telemetry::summary::{
     CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeChurn, MoeDrop, MoeOverlap,
-    MoeStream, MoeWaits, Prefill,
+    MoeStream, MoeWaits, NgramCoverage, Prefill, SpecAcceptance, SpecCost,
 };
 
 /// One generated token's measurements.
@@ -182,6 +182,65 @@ pub struct RunSummary {
     pub probe_s: f64,
     /// What the routing edits did this turn, when streaming.
     pub routing: Option<RoutingSummary>,
+    /// Self-speculation's counters, when `--ngram` (or `--mtp`) is on.
+    pub spec: Option<SpecSummary>,
+}
+
+/// A turn's self-speculation ledger (the `ngram:` lines, the trailer's `mtp_*` keys).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SpecSummary {
+    /// `mtp` or `ngram`.
+    pub source: &'static str,
+    /// Tokens drafted.
+    pub drafted: u64,
+    /// Drafts the target's argmax confirmed.
+    pub accepted: u64,
+    /// Decodes the generation cost (plain and verify).
+    pub decodes: u64,
+    /// Steps that drafted at all.
+    pub drafted_steps: u64,
+    /// Time spent drafting, outside the decodes (s).
+    pub draft_s: f64,
+}
+
+/// The speculation lines: acceptance, cost, and (`ngram`) coverage.
+fn spec_lines(s: &RunSummary, sp: &SpecSummary, out: &mut Vec<String>) {
+    if sp.decodes == 0 {
+        return;
+    }
+    let source = sp.source.to_string();
+    out.push(
+        SpecAcceptance {
+            source: source.clone(),
+            accepted: sp.accepted,
+            drafted: sp.drafted,
+            pct: 100.0 * sp.accepted as f64 / sp.drafted.max(1) as f64,
+            tokens_per_decode: s.n_gen as f64 / sp.decodes as f64,
+            decodes: sp.decodes,
+            tokens: s.n_gen as u64,
+        }
+        .to_string(),
+    );
+    let n = s.n_gen as f64;
+    out.push(
+        SpecCost {
+            source,
+            draft_s_per_token: sp.draft_s / n.max(1.0),
+            effective_tok_s: per_second(n, s.decode_s + sp.draft_s),
+            reported_tok_s: per_second(n, s.decode_s),
+        }
+        .to_string(),
+    );
+    if sp.source == "ngram" {
+        out.push(
+            NgramCoverage {
+                drafted: sp.drafted_steps,
+                steps: sp.decodes,
+                pct: 100.0 * sp.drafted_steps as f64 / sp.decodes as f64,
+            }
+            .to_string(),
+        );
+    }
 }
 
 /// The turn's routing-edit ledger (the trailer's `experts_*` keys, the `moe-drop:` line).
@@ -288,6 +347,9 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
             }
             .to_string(),
         );
+    }
+    if let Some(sp) = s.spec.as_ref() {
+        spec_lines(s, sp, &mut out);
     }
     out.push(mode_line(mode));
     if s.n_prompt > 0 {
@@ -519,6 +581,7 @@ mod tests {
                 drop_frac: 0.75,
                 ..Default::default()
             }),
+            spec: None,
         };
         let lines = summary_lines(&s, &streaming(2, false, Mmap));
         assert_eq!(
@@ -563,6 +626,47 @@ mod tests {
         assert_eq!(
             mode_line(&streaming(700, true, Anon)),
             "mode: expert streaming, cache auto, dense anon"
+        );
+    }
+
+    #[test]
+    fn ngram_lines_follow_the_seed_templates() {
+        let s = RunSummary {
+            n_gen: 40,
+            decode_s: 4.0,
+            threads: 2,
+            spec: Some(SpecSummary {
+                source: "ngram",
+                drafted: 30,
+                accepted: 15,
+                decodes: 25,
+                drafted_steps: 10,
+                draft_s: 0.04,
+            }),
+            ..Default::default()
+        };
+        let lines = summary_lines(&s, &streaming(2, false, Mmap));
+        assert_eq!(
+            lines[1],
+            "ngram: 15/30 drafts accepted (50.0%), 1.60 tokens per verify decode (25 decodes for 40 tokens)"
+        );
+        assert_eq!(
+            lines[2],
+            "ngram: drafting costs 0.0010 s/token on top of decode → 9.90 tok/s effective (vs 10.00 reported)"
+        );
+        assert_eq!(
+            lines[3],
+            "ngram: drafted on 10 of 25 steps (40.0%); the rest decoded plainly"
+        );
+        // no decode (a turn cancelled in prefill): no speculation lines
+        let none = RunSummary {
+            spec: Some(SpecSummary::default()),
+            ..Default::default()
+        };
+        assert!(
+            !summary_lines(&none, &streaming(2, false, Mmap))
+                .iter()
+                .any(|l| l.contains("drafts accepted"))
         );
     }
 }

@@ -16,7 +16,7 @@ use crate::graph::span::DecodeSpan;
 use crate::memory::picture::{MemorySnapshot, cgroup_memory};
 use crate::sinks::csv::{RowContext, TrailerContext, token_row, trailer};
 use crate::sinks::report::{
-    RoutingSummary, RunSummary, StreamSummary, TokenStats, load_line, progress_line,
+    RoutingSummary, RunSummary, SpecSummary, StreamSummary, TokenStats, load_line, progress_line,
     progress_line_deltas,
 };
 use crate::stream::StreamStats;
@@ -26,14 +26,14 @@ use std::io::Write;
 use std::time::Instant;
 
 /// What the token loop carries from one token to the next.
-struct TokenLoop {
+pub(super) struct TokenLoop {
     encoder: DeltaEncoder,
     text: Utf8Stream,
     splitter: Option<ReasoningSplitter>,
     /// Streaming counters at the turn's first token and after the latest one.
     base: Option<StreamStats>,
     prev: Option<StreamStats>,
-    hashes: Vec<u64>,
+    pub(super) hashes: Vec<u64>,
     /// When the previous decode's bracket ended (the loop overhead's start).
     last_end: Instant,
     summary: RunSummary,
@@ -42,13 +42,53 @@ struct TokenLoop {
     edits_base: Option<EditCounters>,
 }
 
+impl TokenLoop {
+    /// The speculation ledger (`None` without `--ngram`).
+    pub(super) fn spec_mut(&mut self) -> Option<&mut SpecSummary> {
+        self.summary.spec.as_mut()
+    }
+}
+
 /// One generated token's decode, measured.
-struct Decoded {
-    row: TokenStats,
+#[derive(Clone)]
+pub(super) struct Decoded {
+    pub(super) row: TokenStats,
     drain_ms: f64,
     wall_s: f64,
     loop_overhead_ms: f64,
     probe_ms: f64,
+    /// Tokens this row's decode confirmed (`mtp_batch`): 1 plain, a group's size on its first
+    /// row, 0 on the group's other rows.
+    pub(super) batch: u64,
+    /// Drafting time of the group, ms (a slice of `loop_overhead_ms`).
+    pub(super) draft_ms: f64,
+}
+
+impl Decoded {
+    /// A row of a verify group after its first: the group's cost sits on the first row, so
+    /// this one carries zeros (and the same cumulative hit rate and residency sample).
+    pub(super) fn follower(&self, step: usize) -> Decoded {
+        Decoded {
+            row: TokenStats {
+                step,
+                wall_ms: 0.0,
+                io_ms: 0.0,
+                compute_ms: 0.0,
+                mgmt_ms: 0.0,
+                stall_ms: 0.0,
+                read_bytes: 0,
+                majflt: 0,
+                cpu_ms: 0.0,
+                ..self.row
+            },
+            drain_ms: 0.0,
+            wall_s: 0.0,
+            loop_overhead_ms: 0.0,
+            probe_ms: 0.0,
+            batch: 0,
+            draft_ms: 0.0,
+        }
+    }
 }
 
 impl Engine<'_> {
@@ -93,6 +133,10 @@ impl Engine<'_> {
                 n_prompt,
                 prefill_s,
                 load_s: self.load_s,
+                spec: self.spec_on().then(|| SpecSummary {
+                    source: self.cfg.spec.name(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
             trailer,
@@ -100,7 +144,8 @@ impl Engine<'_> {
         };
         let mut g = Generation::default();
         let mut tok = self.pick(&mut lp.hashes);
-        for step in 1..=turn.n_predict {
+        let mut step = 1;
+        while step <= turn.n_predict {
             if self.replay_exhausted() {
                 let _ = writeln!(
                     note,
@@ -126,13 +171,35 @@ impl Engine<'_> {
             }
             g.tokens.push(tok);
             let pos = (turn.tokens.len() + step - 1) as i64;
-            let Some(d) = self.decode_token(turn, step, tok, pos, &mut lp, note, cancelled)? else {
+            let (drafts, draft_ms) = self.draft(turn, &g.tokens, step, &mut lp);
+            if !drafts.is_empty() {
+                let Some(v) =
+                    self.verify(turn, step, tok, &drafts, pos, &mut lp, note, cancelled)?
+                else {
+                    g.tokens.pop();
+                    lp.hashes.pop();
+                    g.cancelled = true;
+                    break;
+                };
+                let (n, next) = (v.1.len() + 1, v.2);
+                self.confirm_group(turn, step, (tok, v), draft_ms, (&mut g, &mut lp), note, out);
+                step += n;
+                tok = next;
+                continue;
+            }
+            let Some(mut d) =
+                self.decode_token(turn, step, &[tok], pos, &mut lp, note, cancelled)?
+            else {
                 // the token was never decoded: it is not part of the turn
                 g.tokens.pop();
                 lp.hashes.pop();
                 g.cancelled = true;
                 break;
             };
+            d.draft_ms = draft_ms;
+            if let Some(sp) = lp.spec_mut() {
+                sp.decodes += 1;
+            }
             self.record_token(turn, &d, &mut lp, note);
             let next = self.pick(&mut lp.hashes);
             let last =
@@ -140,6 +207,7 @@ impl Engine<'_> {
             self.emit_token(turn, tok, &d.row, last, &mut lp, out);
             g.rows.push(d.row);
             tok = next;
+            step += 1;
         }
         Ok(self.finish_turn(g, lp, note, out))
     }
@@ -167,13 +235,15 @@ impl Engine<'_> {
         g
     }
 
-    /// Decodes `tok` at `pos` and measures it; `None` when a cancel aborted the decode.
+    /// Decodes `tokens` at `pos..` and measures it; `None` when a cancel aborted the decode.
+    /// One token is a plain decode (logits for it only); more are a verify decode with logits
+    /// for every position.
     #[allow(clippy::too_many_arguments)]
-    fn decode_token(
+    pub(super) fn decode_token(
         &mut self,
         turn: &Turn<'_>,
         step: usize,
-        tok: Token,
+        tokens: &[Token],
         pos: i64,
         lp: &mut TokenLoop,
         note: &mut dyn Write,
@@ -187,15 +257,19 @@ impl Engine<'_> {
         let p0 = process_sample();
         let t0 = Instant::now();
         let loop_overhead_ms = (t0 - lp.last_end).as_secs_f64() * 1e3;
-        let mut batch = [tok];
         let span = DecodeSpan {
             turn: turn.turn,
             prefill: false,
             pos0: pos,
-            n_tokens: 1,
+            n_tokens: tokens.len(),
         };
         Outputs::begin_decode(&mut self.ctx, span);
-        let r = self.ctx.decode(&mut batch);
+        let r = match tokens {
+            [tok] => self.ctx.decode(&mut [*tok]),
+            _ => i32::try_from(pos).map_or(Err(DecodeError::Failed(-1)), |p| {
+                self.ctx.decode_all_logits(tokens, p)
+            }),
+        };
         // the throttled dense-residency probe is this token's cache management (the seed's
         // mgmt_ms): timed inside the token's bracket, so the wall − io − mgmt residual stays
         // the compute and the next token's loop_overhead_ms does not carry it
@@ -255,11 +329,13 @@ impl Engine<'_> {
             wall_s: wall.as_secs_f64(),
             loop_overhead_ms,
             probe_ms,
+            batch: tokens.len() as u64,
+            draft_ms: 0.0,
         }))
     }
 
     /// Adds a decoded token to the CSV and the turn's summary.
-    fn record_token(
+    pub(super) fn record_token(
         &mut self,
         turn: &Turn<'_>,
         d: &Decoded,
@@ -275,6 +351,8 @@ impl Engine<'_> {
                 loop_overhead_ms: d.loop_overhead_ms,
                 page_size: system_page_size() as u64,
                 drain_ms: d.drain_ms,
+                mtp_batch: d.batch,
+                mtp_draft_ms: d.draft_ms,
             };
             self.outputs.csv_row(&token_row(&d.row, &rctx), note);
         }
@@ -284,6 +362,53 @@ impl Engine<'_> {
         s.cpu_s += d.row.cpu_ms / 1e3;
         s.probe_s += d.probe_ms / 1e3;
         s.majflt += d.row.majflt;
+    }
+
+    /// Records and emits a verify group `[tok, accepted…]`: the decode's whole cost on the
+    /// first row (`mtp_batch` = the group's size), zeros on the rest.
+    #[allow(clippy::too_many_arguments)]
+    fn confirm_group(
+        &mut self,
+        turn: &Turn<'_>,
+        step: usize,
+        (tok, (mut d, accepted, next)): (Token, (Decoded, Vec<Token>, Token)),
+        draft_ms: f64,
+        (g, lp): (&mut Generation, &mut TokenLoop),
+        note: &mut dyn Write,
+        out: &mut dyn Write,
+    ) {
+        d.draft_ms = draft_ms;
+        let group: Vec<Token> = std::iter::once(tok)
+            .chain(accepted.iter().copied())
+            .collect();
+        // hashes end with the rows that picked group[1..] and then the next token
+        let base = lp.hashes.len().saturating_sub(group.len());
+        for (i, &t) in group.iter().enumerate() {
+            let row = if i == 0 {
+                d.clone()
+            } else {
+                d.follower(step + i)
+            };
+            if i > 0 {
+                g.tokens.push(t);
+                if self.cfg.dump_logits_hash
+                    && let Some(h) = lp.hashes.get(base + i - 1)
+                {
+                    let _ = writeln!(
+                        note,
+                        "logits-hash step={} token={t} hash={h:016x}",
+                        step + i
+                    );
+                }
+            }
+            self.record_token(turn, &row, lp, note);
+            let last = i + 1 == group.len()
+                && (step + i == turn.n_predict
+                    || self.ctx.model().is_eog(next)
+                    || self.forced_over());
+            self.emit_token(turn, t, &row.row, last, lp, out);
+            g.rows.push(row.row);
+        }
     }
 
     /// Writes a token's text (raw) or its protocol lines (`--progress`, sessions). The next token

@@ -64,6 +64,11 @@ pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
 /// llama.cpp's load options: the `--n-expert-used` override, checked against the model.
 fn model_options(cfg: &RunConfig, facts: &ModelFacts) -> Result<ModelOptions, EngineError> {
     let mut opts = ModelOptions::default();
+    if matches!(cfg.spec, crate::cli::Spec::Mtp { .. }) {
+        return Err(EngineError::NoMtpHead {
+            arch: facts.arch.clone(),
+        });
+    }
     if let Some(k) = cfg.n_expert_used {
         let Some(n) = facts.expert_count else {
             return Err(EngineError::NotMoe {

@@ -14,6 +14,7 @@ mod open;
 mod outputs;
 mod pick;
 mod prefill;
+mod speculate;
 mod streaming;
 pub mod threads;
 mod visible;

@@ -17,7 +17,7 @@
 //! assert_eq!((t.long, t.key, t.takes_value), ("threads", "threads", true));
 //! assert_eq!(lookup("--threads"), Some(t));
 //! let mtp = lookup("--mtp").expect("listed");
-//! assert_eq!((mtp.key, mtp.value, mtp.planned), ("spec", FlagValue::Fixed("mtp"), true));
+//! assert_eq!((mtp.key, mtp.value, mtp.planned), ("spec", FlagValue::Fixed("mtp"), false));
 //! assert_eq!(lookup("--prompt"), None);
 //! ```
 
@@ -116,8 +116,8 @@ pub const CLI_FLAGS: &[CliFlag] = &[
     CliFlag::switch("overlap", "overlap", "1"),
     CliFlag::argument("overlap-kind", None, "overlap_kind"),
     CliFlag::switch("moe-stream", "moe_stream", "1"),
-    CliFlag::switch("mtp", "spec", "mtp").announced(),
-    CliFlag::switch("ngram", "spec", "ngram").announced(),
+    CliFlag::switch("mtp", "spec", "mtp"),
+    CliFlag::switch("ngram", "spec", "ngram"),
     CliFlag::switch("predict-log", "predict_log", "1").announced(),
     CliFlag::switch("prefetch-sync", "prefetch_sync", "1").announced(),
     CliFlag::trace("compute-trace"),

@@ -15,6 +15,7 @@ mod reasoning;
 mod routing;
 mod session;
 mod signals;
+mod speculation;
 mod telemetry;
 mod tiny;
 mod traces;

@@ -1076,3 +1076,46 @@ fn done_reports_the_cache_residency_the_trailer_does() {
     // the same figure at the same precision (one decimal), not a whole-MiB rounding of it
     assert_eq!(d.cache_resident_mib, trailer, "{d:?}");
 }
+
+#[test]
+fn ngram_turns_in_a_session_report_their_drafts_and_keep_the_text() {
+    let prompt = "abcabcabcabcabcabcabcabcabcabcabc";
+    // two turns, the second continuing the first's KV — which the rejected drafts must not
+    // have polluted
+    let turns = [(1, true), (2, false)];
+    let mut plain = Session::start(&["--moe-stream", "--cache-mb", "0"]);
+    plain.ready();
+    let mut want = Vec::new();
+    for (id, clear) in turns {
+        plain.send(&generate(id, prompt, 40, clear));
+        let d = plain.done(id);
+        assert_eq!((d.mtp_drafted, d.mtp_decodes), (0, 0));
+        want.push(d);
+    }
+    let _ = plain.end();
+    let mut s = Session::start(&[
+        "--moe-stream",
+        "--cache-mb",
+        "0",
+        "--ngram",
+        "--ngram-min-match",
+        "1",
+    ]);
+    s.ready();
+    for ((id, clear), w) in turns.into_iter().zip(&want) {
+        s.send(&generate(id, prompt, 40, clear));
+        let d = s.done(id);
+        assert_eq!(d.text, w.text, "turn {id}");
+        assert_eq!((d.tokens, d.n_past), (40, w.n_past), "turn {id}: {d:?}");
+        assert!(
+            d.mtp_accepted > 0 && d.mtp_accepted <= d.mtp_drafted,
+            "{d:?}"
+        );
+        assert!(
+            d.mtp_decodes < d.tokens && d.drafted_steps <= d.mtp_decodes,
+            "{d:?}"
+        );
+    }
+    let (status, _, _) = s.end();
+    assert!(status.success());
+}

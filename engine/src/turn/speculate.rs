@@ -1,0 +1,175 @@
+//! `--ngram` self-speculation: draft the tokens that followed the most recent longest match of
+//! the current suffix in the prompt and the generated text, verify `[tok, drafts…]` in one
+//! decode with logits for every position, keep the drafts the target's argmax agrees with, and
+//! trim the rejected positions from the KV. A step with no match decodes plainly.
+//!
+//! Accepted tokens are exactly the target's greedy argmax at their positions; the verify
+//! decode is a wider batch than a plain one, though, and a matmul's last bits depend on its
+//! batch width, so a near-tie can still flip against an unspeculated run (the seed says so).
+
+use super::decode::{Decoded, TokenLoop};
+use super::pick::{argmax_except, logits_hash};
+use super::{Engine, Turn};
+use crate::cli::{NGRAM_MAX_MATCH, Spec};
+use crate::error::EngineError;
+use crate::ffi::Token;
+use std::io::Write;
+use std::time::Instant;
+
+/// A verify decode's outcome: the decode, measured (its `batch` the group's size, 1 +
+/// accepted), the drafts the target confirmed in order, and the target's pick after the last
+/// confirmed token.
+pub(super) type Verified = (Decoded, Vec<Token>, Token);
+
+/// The n-gram source: for the longest suffix of `history` (between `min` and `max` tokens)
+/// that also occurs earlier, the up to `n` tokens that followed its most recent earlier
+/// occurrence (which may overlap the suffix itself). Empty when no suffix of `min` tokens
+/// recurs.
+pub fn ngram_draft(history: &[Token], min: usize, max: usize, n: usize) -> Vec<Token> {
+    let len = history.len();
+    if n == 0 || min == 0 || len < min + 1 {
+        return Vec::new();
+    }
+    for l in (min..=max.min(len - 1)).rev() {
+        let suffix = &history[len - l..];
+        // the most recent earlier start j (j + l < len keeps at least one following token)
+        if let Some(j) = (0..len - l).rev().find(|&j| &history[j..j + l] == suffix) {
+            let from = j + l;
+            return history[from..len.min(from + n)].to_vec();
+        }
+    }
+    Vec::new()
+}
+
+impl Engine<'_> {
+    /// Whether this turn speculates: `--ngram`, greedy, and the next token is the model's own
+    /// pick (not a benchmark feed or a forced text).
+    pub(super) fn spec_on(&self) -> bool {
+        matches!(self.cfg.spec, Spec::Ngram { .. })
+            && self.sampler.is_none()
+            && self.feed.is_none()
+            && self.forced.is_empty()
+    }
+
+    /// This step's drafts (empty: decode plainly) and the time drafting took (ms). `generated`
+    /// ends with the token about to be decoded.
+    pub(super) fn draft(
+        &self,
+        turn: &Turn<'_>,
+        generated: &[Token],
+        step: usize,
+        lp: &mut TokenLoop,
+    ) -> (Vec<Token>, f64) {
+        let Spec::Ngram { draft, min_match } = self.cfg.spec else {
+            return (Vec::new(), 0.0);
+        };
+        if !self.spec_on() {
+            return (Vec::new(), 0.0);
+        }
+        let t0 = Instant::now();
+        // each drafted token must be a step of this turn, and under --moe-stream the verify
+        // decode's per-layer union must fit the cache as a prefill chunk does
+        let room = turn.n_predict.saturating_sub(step);
+        let width = self
+            .prefill_chunk()
+            .map_or(usize::MAX, |c| c.saturating_sub(1));
+        let n = (draft as usize).min(room).min(width);
+        let drafts = if n == 0 {
+            Vec::new()
+        } else {
+            let history: Vec<Token> = turn.tokens.iter().chain(generated).copied().collect();
+            ngram_draft(&history, min_match as usize, NGRAM_MAX_MATCH as usize, n)
+        };
+        let secs = t0.elapsed().as_secs_f64();
+        if let Some(sp) = lp.spec_mut() {
+            sp.drafted += drafts.len() as u64;
+            sp.drafted_steps += u64::from(!drafts.is_empty());
+            sp.draft_s += secs;
+        }
+        (drafts, secs * 1e3)
+    }
+
+    /// Decodes `[tok, drafts…]` at `pos..` with logits everywhere, accepts drafts while the
+    /// argmax agrees, and removes the rejected positions from the KV. `None` when a cancel
+    /// aborted the decode.
+    ///
+    /// # Errors
+    /// A failed decode, or a KV that refuses to drop the rejected tail.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn verify(
+        &mut self,
+        turn: &Turn<'_>,
+        step: usize,
+        tok: Token,
+        drafts: &[Token],
+        pos: i64,
+        lp: &mut TokenLoop,
+        note: &mut dyn Write,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Option<Verified>, EngineError> {
+        let group: Vec<Token> = std::iter::once(tok).chain(drafts.iter().copied()).collect();
+        let Some(mut decoded) = self.decode_token(turn, step, &group, pos, lp, note, cancelled)?
+        else {
+            return Ok(None);
+        };
+        let mut accepted = Vec::new();
+        for (i, &d) in drafts.iter().enumerate() {
+            let logits = self.ctx.logits_ith(i as i32);
+            // an end-of-generation draft is not kept: the turn ends at the pick instead,
+            // exactly where an unspeculated run stops
+            if argmax_except(logits, &self.banned) != d || self.ctx.model().is_eog(d) {
+                break;
+            }
+            lp.hashes.push(logits_hash(logits));
+            accepted.push(d);
+        }
+        let a = accepted.len();
+        let logits = self.ctx.logits_ith(a as i32);
+        lp.hashes.push(logits_hash(logits));
+        let next = argmax_except(logits, &self.banned);
+        if a < drafts.len() {
+            let from = i32::try_from(pos + 1 + a as i64).unwrap_or(i32::MAX);
+            if !self.ctx.seq_rm(0, from, -1) {
+                return Err(EngineError::Internal(
+                    "the KV cache refused to drop a rejected draft",
+                ));
+            }
+        }
+        decoded.batch = 1 + a as u64;
+        if let Some(sp) = lp.spec_mut() {
+            sp.accepted += a as u64;
+            sp.decodes += 1;
+        }
+        Ok(Some((decoded, accepted, next)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ngram_draft;
+
+    #[test]
+    fn the_longest_suffix_match_drafts_what_followed_it_most_recently() {
+        // suffix [1,2] occurs at 0 and 4; the most recent (4) is followed by 9
+        let h = [1, 2, 3, 7, 1, 2, 9, 5, 1, 2];
+        assert_eq!(ngram_draft(&h, 1, 12, 3), vec![9, 5, 1]);
+        // a longer match wins over a more recent shorter one
+        let h = [5, 1, 2, 8, 0, 2, 6, 5, 1, 2];
+        assert_eq!(ngram_draft(&h, 1, 12, 2), vec![8, 0]);
+    }
+
+    #[test]
+    fn no_match_of_the_minimum_length_drafts_nothing() {
+        let h = [1, 2, 3, 4, 5];
+        assert!(ngram_draft(&h, 1, 12, 3).is_empty());
+        let h = [1, 2, 3, 1, 9, 2];
+        assert!(ngram_draft(&h, 2, 12, 3).is_empty());
+        assert_eq!(ngram_draft(&h, 1, 12, 3), vec![3, 1, 9]);
+    }
+
+    #[test]
+    fn a_match_may_overlap_the_suffix() {
+        // [7,7,7]: the suffix [7,7] recurs at 0, followed by the suffix's own 7
+        assert_eq!(ngram_draft(&[7, 7, 7], 1, 12, 4), vec![7]);
+    }
+}
