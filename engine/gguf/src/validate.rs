@@ -39,6 +39,9 @@ const RMS_ARCHS: &[&str] = &[
 ];
 /// Architectures that refuse (or assert on) a model without routed experts.
 const MOE_ONLY: &[&str] = &["qwen3moe", "qwen2moe", "gpt-oss", "lfm2moe"];
+/// Architectures whose loader marks a layer recurrent (no attention) by KV heads = 0 in the
+/// per-layer `attention.head_count_kv` array (lfm2moe's shortconv layers).
+const KV0_RECURRENT: &[&str] = &["lfm2moe"];
 /// Architectures whose graph asserts head size K = head size V = rope dims, and whose attention
 /// projections are exactly `[n_embd, heads × head size]` (the archs `model synth` writes).
 const PLAIN_ATTENTION: &[&str] = &["qwen3moe", "qwen2moe"];
@@ -403,7 +406,8 @@ impl<'a> Checker<'a> {
         let heads = self.per_layer(&heads_key)?.unwrap_or_default();
         let kv = self.per_layer(&kv_key)?.unwrap_or_else(|| heads.clone());
         for (il, (&h, &k)) in heads.iter().zip(&kv).enumerate() {
-            if h > 0 && (k == 0 || !h.is_multiple_of(k)) {
+            let recurrent = k == 0 && KV0_RECURRENT.contains(&self.arch.as_str());
+            if h > 0 && !recurrent && (k == 0 || !h.is_multiple_of(k)) {
                 return Err(self.fail_key(
                     &kv_key,
                     format!("is {k} in layer {il}; it must divide {heads_key} = {h}"),

@@ -21,6 +21,8 @@ pub(crate) struct Models {
     pub(crate) qwen2moe: PathBuf,
     pub(crate) gpt_oss: PathBuf,
     pub(crate) gemma4: PathBuf,
+    pub(crate) lfm2moe: PathBuf,
+    pub(crate) qwen35moe: PathBuf,
 }
 
 fn synth(dir: &Path, name: &str, preset: Preset, edit: impl FnOnce(&mut SynthOptions)) -> PathBuf {
@@ -51,6 +53,8 @@ pub(crate) fn models() -> &'static Models {
             qwen2moe: synth(d, "qwen2moe.gguf", Preset::Qwen2MoeTiny, |_| {}),
             gpt_oss: synth(d, "gpt-oss.gguf", Preset::GptOssTiny, |_| {}),
             gemma4: synth(d, "gemma4.gguf", Preset::Gemma4Tiny, |_| {}),
+            lfm2moe: synth(d, "lfm2moe.gguf", Preset::Lfm2MoeTiny, |_| {}),
+            qwen35moe: synth(d, "qwen35moe.gguf", Preset::Qwen35MoeTiny, |_| {}),
             _dir: dir,
         }
     })
@@ -268,6 +272,38 @@ fn other_registry_architectures_stream_identically() {
             &[&["--moe-stream"], &["--moe-stream", "--cache-mb", "1"]],
         );
     }
+}
+
+#[test]
+fn lfm2moe_conv_layers_and_dense_lead_stream_identically() {
+    // layer 0 is dense (no experts to stream), layer 1 a MoE shortconv layer, layer 2 a MoE
+    // attention layer. No cache, an evicting one (1 MiB: more than a token's 0.8 MiB cycle, less
+    // than the 3.2 MiB of experts) and one holding every expert must all equal the resident run.
+    let m = &models().lfm2moe;
+    assert_identical(
+        m,
+        &[
+            &["--moe-stream", "--cache-mb", "0"][..],
+            &["--moe-stream", "--cache-mb", "1"],
+            &["--moe-stream", "--cache-mb", "64"],
+        ],
+    );
+}
+
+#[test]
+fn qwen35moe_linear_attention_and_shared_experts_stream_identically() {
+    // layers 0-2 are gated-delta-net (recurrent state), layer 3 full attention; the shared
+    // expert is dense and must stay resident while the routed ones stream. 4 layers × 8 experts
+    // of 204 KiB: 1 MiB evicts, 64 MiB holds them all.
+    let m = &models().qwen35moe;
+    assert_identical(
+        m,
+        &[
+            &["--moe-stream", "--cache-mb", "0"][..],
+            &["--moe-stream", "--cache-mb", "1"],
+            &["--moe-stream", "--cache-mb", "64"],
+        ],
+    );
 }
 
 #[test]

@@ -94,6 +94,8 @@ fn overlap_covers_every_quant_the_split_model_and_every_architecture() {
         &m.qwen2moe,
         &m.gpt_oss,
         &m.gemma4,
+        &m.lfm2moe,
+        &m.qwen35moe,
     ] {
         assert_overlap_identical(
             model,

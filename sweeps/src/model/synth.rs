@@ -18,13 +18,14 @@ use super::human_bytes;
 /// Options of `model synth`. Every dimension defaults to the preset's value.
 #[derive(Debug, Args)]
 pub struct SynthArgs {
-    /// Starting point: tiny, qwen3-30b-a3b, qwen2moe-tiny, gpt-oss-tiny, gemma4-tiny.
+    /// Starting point: tiny, qwen3-30b-a3b, qwen2moe-tiny, gpt-oss-tiny, gemma4-tiny,
+    /// lfm2moe-tiny, lfm2-8b-a1b.
     #[arg(long, default_value = "tiny", value_parser = parse_preset)]
     pub preset: Preset,
     /// Output file (the first shard's name is derived from it with --split).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Architecture: qwen3moe, qwen2moe, gpt-oss, gemma4.
+    /// Architecture: qwen3moe, qwen2moe, gpt-oss, gemma4, lfm2moe.
     #[arg(long, value_parser = parse_arch)]
     pub arch: Option<Arch>,
     /// Transformer layers.

@@ -25,6 +25,12 @@ pub enum Arch {
     /// `gemma4`: fused `ffn_gate_up_exps` experts next to a dense GELU MLP, sliding-window layers,
     /// q/k norms, post-attention / post-FFN norms, a scaled router input.
     Gemma4,
+    /// `lfm2moe`: shortconv layers beside attention layers (KV heads 0 marks a conv layer),
+    /// dense leading layers, sigmoid routing with an expert-selection bias.
+    Lfm2Moe,
+    /// `qwen35moe`: gated-delta-net linear attention on 3 of 4 layers, gated full attention on
+    /// the 4th, routed experts plus a gated dense shared expert.
+    Qwen35Moe,
 }
 
 impl Arch {
@@ -35,18 +41,27 @@ impl Arch {
             Arch::Qwen2Moe => "qwen2moe",
             Arch::GptOss => "gpt-oss",
             Arch::Gemma4 => "gemma4",
+            Arch::Lfm2Moe => "lfm2moe",
+            Arch::Qwen35Moe => "qwen35moe",
         }
     }
 
     /// Parse a `general.architecture` string.
     pub fn from_name(s: &str) -> Option<Self> {
-        [Arch::Qwen3Moe, Arch::Qwen2Moe, Arch::GptOss, Arch::Gemma4]
-            .into_iter()
-            .find(|a| a.gguf_name() == s)
+        [
+            Arch::Qwen3Moe,
+            Arch::Qwen2Moe,
+            Arch::GptOss,
+            Arch::Gemma4,
+            Arch::Lfm2Moe,
+            Arch::Qwen35Moe,
+        ]
+        .into_iter()
+        .find(|a| a.gguf_name() == s)
     }
 }
 
-fn file_type(t: GgmlType) -> u32 {
+pub(super) fn file_type(t: GgmlType) -> u32 {
     match t {
         GgmlType::F32 => 0,
         GgmlType::F16 => 1,
@@ -76,14 +91,14 @@ pub fn router_gains(seed: u64, layer: u32, n_expert: u32, skew: f32) -> Vec<f32>
 }
 
 /// Metadata in file order.
-type Metadata = Vec<(String, MetaValue)>;
+pub(super) type Metadata = Vec<(String, MetaValue)>;
 
-struct Builder {
-    tensors: Vec<PlannedTensor>,
+pub(super) struct Builder {
+    pub(super) tensors: Vec<PlannedTensor>,
 }
 
 impl Builder {
-    fn add(&mut self, name: impl Into<String>, t: GgmlType, dims: &[u64], init: Init) {
+    pub(super) fn add(&mut self, name: impl Into<String>, t: GgmlType, dims: &[u64], init: Init) {
         self.tensors.push(PlannedTensor {
             spec: TensorSpec::new(name, t, dims),
             init,
@@ -92,7 +107,7 @@ impl Builder {
 
     /// A weight matrix (or vector) whose first dimension is its input width, drawn with
     /// standard deviation 1/√(input width) so activations keep their scale through it.
-    fn add_matrix(&mut self, name: impl Into<String>, t: GgmlType, dims: &[u64]) {
+    pub(super) fn add_matrix(&mut self, name: impl Into<String>, t: GgmlType, dims: &[u64]) {
         let fan_in = dims.first().copied().unwrap_or(1);
         self.add(
             name,
@@ -106,7 +121,7 @@ impl Builder {
 
     /// The router of layer `i` (n_embd → n_expert, F32): each expert's row is scaled by its
     /// seeded gain, so `router_skew` makes some experts hotter than others.
-    fn add_router(&mut self, name: String, o: &SynthOptions, i: u32) {
+    pub(super) fn add_router(&mut self, name: String, o: &SynthOptions, i: u32) {
         let e = o.n_embd;
         let gains = Arc::new(router_gains(o.seed, i, o.n_expert, o.router_skew));
         let init = Init::RowGain {
@@ -118,19 +133,31 @@ impl Builder {
 
     /// A dense gated MLP (`gate`, `up`: n_embd → n_ff; `down`: n_ff → n_embd), in that order;
     /// `name` maps `"gate"`/`"up"`/`"down"` to the tensor name.
-    fn add_mlp(&mut self, name: impl Fn(&str) -> String, t: GgmlType, n_embd: u64, n_ff: u64) {
+    pub(super) fn add_mlp(
+        &mut self,
+        name: impl Fn(&str) -> String,
+        t: GgmlType,
+        n_embd: u64,
+        n_ff: u64,
+    ) {
         self.add_matrix(name("gate"), t, &[n_embd, n_ff]);
         self.add_matrix(name("up"), t, &[n_embd, n_ff]);
         self.add_matrix(name("down"), t, &[n_ff, n_embd]);
     }
 }
 
-fn inv_sqrt(n: u64) -> f32 {
+pub(super) fn inv_sqrt(n: u64) -> f32 {
     1.0 / (n.max(1) as f32).sqrt()
 }
 
 /// Build metadata and the tensor plan for `o`.
 pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> {
+    if o.arch == Arch::Lfm2Moe {
+        return super::lfm2moe::build(o);
+    }
+    if o.arch == Arch::Qwen35Moe {
+        return super::qwen35moe::build(o);
+    }
     let a = o.arch.gguf_name();
     let e = o.n_embd;
     let ff = o.n_ff_exp;
@@ -214,7 +241,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
             (kv("attention.key_length_swa"), MetaValue::U32(hd as u32)),
             (kv("attention.value_length_swa"), MetaValue::U32(hd as u32)),
         ]),
-        Arch::Qwen3Moe => {}
+        Arch::Qwen3Moe | Arch::Lfm2Moe | Arch::Qwen35Moe => {}
     }
     md.extend(vocab.metadata());
     md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
@@ -278,7 +305,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
                 );
                 b.add(p("attn_sinks.weight"), f32t, &[o.n_head], Init::Zeros);
             }
-            Arch::Qwen2Moe | Arch::Gemma4 => {}
+            Arch::Qwen2Moe | Arch::Gemma4 | Arch::Lfm2Moe | Arch::Qwen35Moe => {}
         }
         if o.arch != Arch::GptOss {
             b.add(p("ffn_norm.weight"), f32t, &[e], Init::Ones);
@@ -302,7 +329,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
                 b.add_matrix(p("ffn_gate_inp_shexp.weight"), f32t, &[e]);
                 b.add_mlp(|w| p(&format!("ffn_{w}_shexp.weight")), dt, e, fs);
             }
-            Arch::Qwen3Moe | Arch::Gemma4 => {}
+            Arch::Qwen3Moe | Arch::Gemma4 | Arch::Lfm2Moe | Arch::Qwen35Moe => {}
         }
     }
     for t in &b.tensors {

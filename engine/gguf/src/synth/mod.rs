@@ -11,6 +11,8 @@
 
 mod arch;
 pub mod init;
+mod lfm2moe;
+mod qwen35moe;
 pub mod rng;
 pub mod tokenizer;
 
@@ -45,16 +47,30 @@ pub enum Preset {
     GptOssTiny,
     /// gemma4 with fused `ffn_gate_up_exps` experts beside a dense MLP, tiny dims.
     Gemma4Tiny,
+    /// lfm2moe, 3 layers (dense conv, MoE conv, MoE attention), tiny dims.
+    Lfm2MoeTiny,
+    /// LFM2-8B-A1B's dims (24 layers: 2 dense, 6 attention; 32 experts top-4, n_embd 2048,
+    /// expert FF 1792, dense FF 7168, 32/8 heads, head dim 64), Q4_K experts. For benchmarks.
+    Lfm2_8bA1b,
+    /// qwen35moe, 4 layers (3 linear attention, 1 full attention), shared expert, tiny dims.
+    Qwen35MoeTiny,
+    /// Qwen3.5/3.6-35B-A3B's dims (40 layers, 30 linear + 10 full attention; 256 experts
+    /// top-8, n_embd 2048, expert and shared FF 512, 16/2 heads, head dim 256), Q4_K experts.
+    Qwen36_35bA3b,
 }
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 5] = [
+    pub const ALL: [Preset; 9] = [
         Preset::Tiny,
         Preset::Qwen3_30bA3b,
         Preset::Qwen2MoeTiny,
         Preset::GptOssTiny,
         Preset::Gemma4Tiny,
+        Preset::Lfm2MoeTiny,
+        Preset::Lfm2_8bA1b,
+        Preset::Qwen35MoeTiny,
+        Preset::Qwen36_35bA3b,
     ];
 
     /// The CLI name.
@@ -65,6 +81,10 @@ impl Preset {
             Preset::Qwen2MoeTiny => "qwen2moe-tiny",
             Preset::GptOssTiny => "gpt-oss-tiny",
             Preset::Gemma4Tiny => "gemma4-tiny",
+            Preset::Lfm2MoeTiny => "lfm2moe-tiny",
+            Preset::Lfm2_8bA1b => "lfm2-8b-a1b",
+            Preset::Qwen35MoeTiny => "qwen35moe-tiny",
+            Preset::Qwen36_35bA3b => "qwen3.6-35b-a3b",
         }
     }
 
@@ -170,6 +190,46 @@ impl SynthOptions {
             },
             Preset::Gemma4Tiny => Self {
                 arch: Arch::Gemma4,
+                ..tiny
+            },
+            Preset::Lfm2MoeTiny => Self {
+                arch: Arch::Lfm2Moe,
+                n_layer: 3,
+                ..tiny
+            },
+            Preset::Lfm2_8bA1b => Self {
+                arch: Arch::Lfm2Moe,
+                n_layer: 24,
+                n_expert: 32,
+                n_expert_used: 4,
+                n_embd: 2048,
+                n_ff_exp: 1792,
+                n_ff_shexp: 7168,
+                n_head: 32,
+                n_head_kv: 8,
+                head_dim: 64,
+                n_ctx: 128 * 1024,
+                expert_type: GgmlType::Q4_K,
+                ..tiny
+            },
+            Preset::Qwen35MoeTiny => Self {
+                arch: Arch::Qwen35Moe,
+                n_layer: 4,
+                ..tiny
+            },
+            Preset::Qwen36_35bA3b => Self {
+                arch: Arch::Qwen35Moe,
+                n_layer: 40,
+                n_expert: 256,
+                n_expert_used: 8,
+                n_embd: 2048,
+                n_ff_exp: 512,
+                n_ff_shexp: 512,
+                n_head: 16,
+                n_head_kv: 2,
+                head_dim: 256,
+                n_ctx: 256 * 1024,
+                expert_type: GgmlType::Q4_K,
                 ..tiny
             },
         }

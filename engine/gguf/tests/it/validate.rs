@@ -75,6 +75,8 @@ fn every_small_preset_passes() {
         Preset::Qwen2MoeTiny,
         Preset::GptOssTiny,
         Preset::Gemma4Tiny,
+        Preset::Lfm2MoeTiny,
+        Preset::Qwen35MoeTiny,
     ] {
         let path = dir.path().join(format!("{}.gguf", p.name()));
         write_model(&SynthOptions::preset(p), &path).unwrap();
