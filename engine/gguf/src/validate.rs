@@ -26,6 +26,25 @@ pub const MAX_LAYERS: u32 = 512;
 /// llama.cpp's `LLAMA_MAX_EXPERTS` (src/llama-hparams.h).
 pub const MAX_EXPERTS: u32 = 1024;
 
+/// Every `general.architecture` bmoe streams, sorted: the one list both the engine's recipe
+/// registry (a test there keeps the two equal) and these checks use, so a file of any other
+/// architecture is refused by name before its (unknowable) keys are looked up.
+pub const MOE_ARCHITECTURES: &[&str] = &[
+    "bailingmoe3",
+    "deepseek4",
+    "gemma4",
+    "gpt-oss",
+    "lfm2moe",
+    "qwen2moe",
+    "qwen35moe",
+    "qwen3moe",
+];
+
+/// Whether bmoe streams architecture `arch` (a `general.architecture` value).
+pub fn is_supported_arch(arch: &str) -> bool {
+    MOE_ARCHITECTURES.contains(&arch)
+}
+
 /// Architectures whose llama.cpp loader requires `<arch>.attention.layer_norm_rms_epsilon`.
 const RMS_ARCHS: &[&str] = &[
     "qwen3moe",
@@ -100,6 +119,9 @@ const REQUIRED: &[(&str, &[&str], &[&str])] = &[
 /// What to do about a file that fails a check.
 const HINT_CORRUPT: &str = "the file's header is corrupt or was edited; re-create or re-download it (a synthetic model: `bmoe-bench model synth`)";
 
+/// What to do about a file of an architecture bmoe does not stream.
+const HINT_UNKNOWN_ARCH: &str = "bmoe streams only the MoE architectures listed (`bmoe-cli --list-archs`); use a GGUF of one of them (a synthetic model: `bmoe-bench model synth`)";
+
 /// Checks every hyperparameter llama.cpp asserts on, the tensor shapes against the declared
 /// dims, overlapping tensor data, and the layer count against the tensors present — before the
 /// file is handed to llama.cpp.
@@ -154,11 +176,14 @@ impl<'a> Checker<'a> {
                 );
             }
         };
-        if arch.is_empty() || arch.chars().any(|ch| ch.is_control() || ch == '\u{fffd}') {
-            return Err(c.fail_key(
-                "general.architecture",
-                format!("\"{}\" is not an architecture name", escape(&arch)),
-            ));
+        // An unknown name (empty, or holding control bytes, included) has no keys llama.cpp's
+        // recipe for it would read: naming the first "missing" one would mislead.
+        if !is_supported_arch(&arch) {
+            return Err(GgufError::UnknownArch {
+                path: first.path().to_path_buf(),
+                arch: escape(&arch),
+                hint: HINT_UNKNOWN_ARCH.into(),
+            });
         }
         c.arch = arch;
         let blocks = c.key("block_count");

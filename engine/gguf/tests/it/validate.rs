@@ -57,7 +57,10 @@ fn edited(
     write_gguf(&path, &md, &specs, 4096, 1, &mut fill).unwrap();
     let m = GgufModel::open(&path).unwrap();
     let e = validate(&m).unwrap_err();
-    assert!(matches!(e, GgufError::Hparams { .. }), "{e}");
+    assert!(
+        matches!(e, GgufError::Hparams { .. } | GgufError::UnknownArch { .. }),
+        "{e}"
+    );
     let text = e.to_string();
     assert!(text.contains(&format!("{name}.gguf")), "{text}");
     text
@@ -217,7 +220,7 @@ fn counts_llama_cpp_asserts_on_are_errors_with_the_key_and_offset() {
             "arch-nul",
             "general.architecture",
             MetaValue::String("qwen3moe\0\u{1b}".into()),
-            "not an architecture name",
+            "unknown architecture 'qwen3moe\\u{0}\\u{1b}'",
         ),
     ];
     for (name, key, v, want) in cases {
@@ -369,4 +372,34 @@ fn strings_from_a_file_are_escaped_in_messages() {
     let long = "k".repeat(500);
     assert_eq!(bmoe_gguf::escape(&long).chars().count(), 97);
     assert_eq!(bmoe_gguf::escape("héllo"), "héllo");
+}
+
+#[test]
+fn an_unknown_architecture_is_refused_by_name_with_the_supported_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = tiny(dir.path());
+    for (name, arch, shown) in [
+        ("nosucharch", "nosucharch", "nosucharch"),
+        ("llama", "llama", "llama"),
+        ("empty", "", ""),
+        ("ctl", "x\0y\u{7}", "x\\u{0}y\\u{7}"),
+    ] {
+        let text = edited(&base, name, |md, _| {
+            set(md, "general.architecture", MetaValue::String(arch.into()));
+        });
+        let path = dir.path().join(format!("{name}.gguf"));
+        let want = format!("{}: unknown architecture '{shown}'", path.display());
+        assert!(text.starts_with(&want), "{text}");
+        // the supported list, not the first arch key that happens to be missing
+        for a in bmoe_gguf::MOE_ARCHITECTURES {
+            assert!(text.contains(a), "{a}: {text}");
+        }
+        assert!(!text.contains("block_count"), "{text}");
+        assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+        let e = validate(&GgufModel::open(&path).unwrap()).unwrap_err();
+        let GgufError::UnknownArch { hint, .. } = e else {
+            panic!("{e}")
+        };
+        assert!(hint.contains("--list-archs"), "{hint}");
+    }
 }
