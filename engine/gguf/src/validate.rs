@@ -8,11 +8,14 @@
 //! expert-group relations, a known rope scaling type), the GGUF getters in
 //! src/llama-model-loader.cpp (a key must have exactly the type llama.cpp reads — u32 counts,
 //! f32 epsilons — and a per-layer array exactly `block_count` entries), the per-architecture
-//! graphs in src/models/*.cpp (qwen3moe/qwen2moe: head size = rope dims), and ggml's CPU ops
+//! graphs and loaders in src/models/*.cpp (qwen3moe/qwen2moe: head size = rope dims; gpt-oss
+//! and gemma4: their required sliding-window keys, pattern arrays, head sizes and the shapes
+//! their loaders derive from the counts), and ggml's CPU ops
 //! (`rms_norm`: eps ≥ 0; `rope`: rope dims even and ≤ the head size). Tensor shapes are checked
 //! against the declared dims, and the tensors an architecture requires and the data packing
 //! (ggml/src/gguf.cpp: each tensor starts where the previous one ends) are checked, where
-//! llama.cpp would refuse the file anyway, so `inspect` and the engine agree.
+//! llama.cpp would refuse the file anyway, so `inspect` and the engine agree. A file of an
+//! architecture outside [`MOE_ARCHITECTURES`] is refused by name before any of its keys.
 
 use std::collections::HashMap;
 use std::path::Path;
