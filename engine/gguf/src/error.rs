@@ -69,6 +69,20 @@ pub enum GgufError {
         /// What to do about it.
         hint: String,
     },
+    /// The file's `general.architecture` names no architecture bmoe streams (and so none it
+    /// can check): refused before any architecture-specific key is looked up.
+    #[error(
+        "{}: unknown architecture '{arch}'; supported: {}",
+        path.display(), crate::validate::MOE_ARCHITECTURES.join(", ")
+    )]
+    UnknownArch {
+        /// The file.
+        path: PathBuf,
+        /// The architecture name as the file spells it (escaped).
+        arch: String,
+        /// What to do about it.
+        hint: String,
+    },
     /// Writing was cancelled (a signal); the partial files were removed.
     #[error("interrupted; removed the partial file(s) {}", list(removed))]
     Interrupted {

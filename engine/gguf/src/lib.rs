@@ -20,6 +20,6 @@ pub use ggml_type::GgmlType;
 pub use info::{ExpertTensor, LayerInfo, ModelInfo, ShardInfo};
 pub use parse::{GgufHeader, TensorInfo, parse_header};
 pub use reader::{GgufFile, GgufModel, ModelTensor};
-pub use validate::validate;
+pub use validate::{MOE_ARCHITECTURES, is_supported_arch, validate};
 pub use value::{MetaArray, MetaValue, ValueType, escape};
 pub use writer::{TensorFill, TensorSpec};

@@ -8,11 +8,14 @@
 //! expert-group relations, a known rope scaling type), the GGUF getters in
 //! src/llama-model-loader.cpp (a key must have exactly the type llama.cpp reads — u32 counts,
 //! f32 epsilons — and a per-layer array exactly `block_count` entries), the per-architecture
-//! graphs in src/models/*.cpp (qwen3moe/qwen2moe: head size = rope dims), and ggml's CPU ops
+//! graphs and loaders in src/models/*.cpp (qwen3moe/qwen2moe: head size = rope dims; gpt-oss
+//! and gemma4: their required sliding-window keys, pattern arrays, head sizes and the shapes
+//! their loaders derive from the counts), and ggml's CPU ops
 //! (`rms_norm`: eps ≥ 0; `rope`: rope dims even and ≤ the head size). Tensor shapes are checked
 //! against the declared dims, and the tensors an architecture requires and the data packing
 //! (ggml/src/gguf.cpp: each tensor starts where the previous one ends) are checked, where
-//! llama.cpp would refuse the file anyway, so `inspect` and the engine agree.
+//! llama.cpp would refuse the file anyway, so `inspect` and the engine agree. A file of an
+//! architecture outside [`MOE_ARCHITECTURES`] is refused by name before any of its keys.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,6 +28,25 @@ use crate::value::{MetaValue, escape};
 pub const MAX_LAYERS: u32 = 512;
 /// llama.cpp's `LLAMA_MAX_EXPERTS` (src/llama-hparams.h).
 pub const MAX_EXPERTS: u32 = 1024;
+
+/// Every `general.architecture` bmoe streams, sorted: the one list both the engine's recipe
+/// registry (a test there keeps the two equal) and these checks use, so a file of any other
+/// architecture is refused by name before its (unknowable) keys are looked up.
+pub const MOE_ARCHITECTURES: &[&str] = &[
+    "bailingmoe3",
+    "deepseek4",
+    "gemma4",
+    "gpt-oss",
+    "lfm2moe",
+    "qwen2moe",
+    "qwen35moe",
+    "qwen3moe",
+];
+
+/// Whether bmoe streams architecture `arch` (a `general.architecture` value).
+pub fn is_supported_arch(arch: &str) -> bool {
+    MOE_ARCHITECTURES.contains(&arch)
+}
 
 /// Architectures whose llama.cpp loader requires `<arch>.attention.layer_norm_rms_epsilon`.
 const RMS_ARCHS: &[&str] = &[
@@ -103,6 +125,9 @@ const REQUIRED: &[(&str, &[&str], &[&str])] = &[
 /// What to do about a file that fails a check.
 const HINT_CORRUPT: &str = "the file's header is corrupt or was edited; re-create or re-download it (a synthetic model: `bmoe-bench model synth`)";
 
+/// What to do about a file of an architecture bmoe does not stream.
+const HINT_UNKNOWN_ARCH: &str = "bmoe streams only the MoE architectures listed (`bmoe-cli --list-archs`); use a GGUF of one of them (a synthetic model: `bmoe-bench model synth`)";
+
 /// Checks every hyperparameter llama.cpp asserts on, the tensor shapes against the declared
 /// dims, overlapping tensor data, and the layer count against the tensors present — before the
 /// file is handed to llama.cpp.
@@ -115,6 +140,7 @@ pub fn validate(model: &GgufModel) -> Result<()> {
     v.counts()?;
     v.floats()?;
     v.attention()?;
+    v.arch_hparams()?;
     v.vocab()?;
     v.tensors()?;
     v.required_tensors()?;
@@ -157,11 +183,14 @@ impl<'a> Checker<'a> {
                 );
             }
         };
-        if arch.is_empty() || arch.chars().any(|ch| ch.is_control() || ch == '\u{fffd}') {
-            return Err(c.fail_key(
-                "general.architecture",
-                format!("\"{}\" is not an architecture name", escape(&arch)),
-            ));
+        // An unknown name (empty, or holding control bytes, included) has no keys llama.cpp's
+        // recipe for it would read: naming the first "missing" one would mislead.
+        if !is_supported_arch(&arch) {
+            return Err(GgufError::UnknownArch {
+                path: first.path().to_path_buf(),
+                arch: escape(&arch),
+                hint: HINT_UNKNOWN_ARCH.into(),
+            });
         }
         c.arch = arch;
         let blocks = c.key("block_count");
@@ -461,6 +490,165 @@ impl<'a> Checker<'a> {
                 ));
             }
             self.attention_shapes(&heads, &kv, u64::from(head_k), u64::from(head_v))?;
+        }
+        Ok(())
+    }
+
+    /// The keys the gpt-oss (`LLM_ARCH_OPENAI_MOE`, src/models/openai-moe.cpp) and gemma4
+    /// (src/models/gemma4.cpp) loaders read as required, or whose values they throw on.
+    fn arch_hparams(&self) -> Result<()> {
+        match self.arch.as_str() {
+            "gpt-oss" => {
+                // `get_key` / `get_key_or_arr` with `required`: "key not found in model"
+                self.u32_required(&self.key("attention.sliding_window"))?;
+                let ff = self.key("expert_feed_forward_length");
+                if self.model.get(&ff).is_none() {
+                    return Err(self.fail_key(&ff, "is missing".into()));
+                }
+                self.swa_pattern(false)?;
+                self.gpt_oss_shapes()
+            }
+            "gemma4" => {
+                let first_swa = self.swa_pattern(true)?;
+                self.u32_required(&self.key("attention.sliding_window"))?;
+                self.u32_required(&self.key("embedding_length_per_layer_input"))?;
+                let kswa_key = self.key("attention.key_length_swa");
+                let vswa_key = self.key("attention.value_length_swa");
+                let kswa = self.u32_required(&kswa_key)?;
+                let vswa = self.u32_required(&vswa_key)?;
+                // load_tensors throws "Gemma 4 requires n_embd_head_k_swa == n_embd_head_v_swa"
+                if kswa != vswa {
+                    return Err(self.fail_key(
+                        &vswa_key,
+                        format!("is {vswa}; gemma4 needs it equal to {kswa_key} = {kswa}"),
+                    ));
+                }
+                // …and "n_embd_head_k == n_embd_head_v" of layer 0: the full-attention sizes
+                // when layer 0 is not a sliding-window layer (else the check above is it)
+                if first_swa == Some(false) {
+                    let heads = self.per_layer(&self.key("attention.head_count"))?;
+                    let n_head = heads.and_then(|h| h.first().copied()).unwrap_or(0);
+                    if n_head > 0 {
+                        let default =
+                            u32::try_from(self.n_embd / u64::from(n_head)).unwrap_or(u32::MAX);
+                        let klen_key = self.key("attention.key_length");
+                        let vlen_key = self.key("attention.value_length");
+                        let k = self.u32_opt(&klen_key)?.unwrap_or(default);
+                        let v = self.u32_opt(&vlen_key)?.unwrap_or(default);
+                        if k != v {
+                            return Err(self.fail_key(
+                                &vlen_key,
+                                format!("is {v}; gemma4 needs it equal to {klen_key} = {k}"),
+                            ));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `attention.sliding_window_pattern` as `load_swa_pattern` / `get_arr` read it: an array
+    /// of bool/u32/i32 flags, at most `LLAMA_MAX_LAYERS` long, or (when not `required`, i.e.
+    /// gpt-oss) a u32 period. Returns whether layer 0 is a sliding-window layer, when known.
+    fn swa_pattern(&self, required: bool) -> Result<Option<bool>> {
+        let key = self.key("attention.sliding_window_pattern");
+        match self.model.get(&key) {
+            None if required => Err(self.fail_key(
+                &key,
+                format!(
+                    "is missing; {} reads one sliding-window flag per layer from it",
+                    self.arch
+                ),
+            )),
+            None => Ok(None),
+            Some(MetaValue::Array(a)) => {
+                use crate::value::ValueType as T;
+                if !matches!(a.elem_type, T::Bool | T::U32 | T::I32) {
+                    return Err(self.fail_key(
+                        &key,
+                        "is an array of another type; llama.cpp reads bool, u32 or i32 flags"
+                            .into(),
+                    ));
+                }
+                if a.values.len() > MAX_LAYERS as usize {
+                    return Err(self.fail_key(
+                        &key,
+                        format!(
+                            "has {} values; llama.cpp allows at most {MAX_LAYERS}",
+                            a.values.len()
+                        ),
+                    ));
+                }
+                Ok(a.values.first().map(|v| match v {
+                    MetaValue::Bool(b) => *b,
+                    MetaValue::U32(x) => *x != 0,
+                    MetaValue::I32(x) => *x != 0,
+                    _ => false,
+                }))
+            }
+            Some(MetaValue::U32(_)) if !required => Ok(None),
+            Some(v) if required => Err(self.fail_key(
+                &key,
+                format!(
+                    "is {v}; {} reads it as an array (a flag per layer)",
+                    self.arch
+                ),
+            )),
+            Some(v) => Err(self.fail_key(
+                &key,
+                format!("is {v}; llama.cpp reads a per-layer array or a u32 period"),
+            )),
+        }
+    }
+
+    /// gpt-oss tensors whose shapes llama.cpp's loader derives from the counts (and refuses as
+    /// "wrong shape" otherwise): attention by heads × rope dims, one sink per head, and the
+    /// router and expert biases by the expert count and FF width.
+    fn gpt_oss_shapes(&self) -> Result<()> {
+        let e = self.n_embd;
+        let n_exp = u64::from(self.n_expert);
+        let heads = self
+            .per_layer(&self.key("attention.head_count"))?
+            .unwrap_or_default();
+        let kv = self
+            .per_layer(&self.key("attention.head_count_kv"))?
+            .unwrap_or_else(|| heads.clone());
+        let ff = self
+            .per_layer(&self.key("expert_feed_forward_length"))?
+            .unwrap_or_default();
+        let Some(&h0) = heads.first() else {
+            return Ok(());
+        };
+        if h0 == 0 {
+            return Ok(());
+        }
+        let default = self.n_embd / u64::from(h0);
+        let head_k = self
+            .u32_opt(&self.key("attention.key_length"))?
+            .map_or(default, u64::from);
+        let n_rot = self
+            .u32_opt(&self.key("rope.dimension_count"))?
+            .map_or(head_k, u64::from);
+        // the loader sizes every layer by layer 0's counts (`n_head`, `n_head_kv`, `n_ff_exp`)
+        let (h, k) = (u64::from(h0), u64::from(kv.first().copied().unwrap_or(h0)));
+        let f = u64::from(ff.first().copied().unwrap_or(0));
+        for il in 0..self.n_layer as usize {
+            let p = |s: &str| format!("blk.{il}.{s}");
+            for (name, want) in [
+                (p("attn_q.weight"), vec![e, h * n_rot]),
+                (p("attn_k.weight"), vec![e, k * n_rot]),
+                (p("attn_v.weight"), vec![e, k * n_rot]),
+                (p("attn_output.weight"), vec![h * n_rot, e]),
+                (p("attn_sinks.weight"), vec![h]),
+                (p("ffn_gate_inp.bias"), vec![n_exp]),
+                (p("ffn_gate_exps.bias"), vec![f, n_exp]),
+                (p("ffn_up_exps.bias"), vec![f, n_exp]),
+                (p("ffn_down_exps.bias"), vec![e, n_exp]),
+            ] {
+                self.expect_dims(&name, &want)?;
+            }
         }
         Ok(())
     }

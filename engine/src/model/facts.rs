@@ -51,6 +51,7 @@ impl ModelError {
                 "pass the -00001-of-NNNNN.gguf shard"
             }
             ModelError::Unreadable(GgufError::Hparams { hint, .. }) => hint,
+            ModelError::Unreadable(GgufError::UnknownArch { hint, .. }) => hint,
             ModelError::Unreadable(GgufError::Split { .. }) => {
                 "keep every shard of a split model in one folder, named as written"
             }

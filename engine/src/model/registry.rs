@@ -130,6 +130,19 @@ mod tests {
         assert!(recipe_for("llama").is_none());
     }
 
+    /// bmoe-gguf's list (which its checks refuse files against) and the recipes (what
+    /// `--list-archs` prints) are one set, so the two cannot drift.
+    #[test]
+    fn recipes_are_exactly_bmoe_gguf_s_supported_architectures() {
+        let recipes: Vec<&str> = RECIPES.iter().map(|r| r.arch).collect();
+        assert_eq!(recipes, bmoe_gguf::MOE_ARCHITECTURES);
+        for arch in bmoe_gguf::MOE_ARCHITECTURES {
+            assert!(bmoe_gguf::is_supported_arch(arch));
+            assert!(recipe_for(arch).is_some(), "{arch}");
+        }
+        assert!(!bmoe_gguf::is_supported_arch("llama"));
+    }
+
     #[test]
     fn matches_only_exact_weight_names() {
         let r = recipe_for("qwen3moe").unwrap();

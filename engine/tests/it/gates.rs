@@ -913,14 +913,21 @@ fn usage_and_load_errors_end_with_a_true_hint() {
         let out = c.output().expect("run");
         assert_eq!(out.status.code(), Some(1));
         let err = String::from_utf8_lossy(&out.stderr);
-        // bmoe-gguf's checks refuse it before llama.cpp sees it: the file and the key are named
+        // bmoe-gguf's checks refuse it before llama.cpp sees it: the file and the unknown
+        // name are given with what this build streams (not the first arch key it lacks)
         assert!(
-            err.contains(&format!("{}: nosucharch.block_count", bad.display())),
+            err.contains(&format!(
+                "{}: unknown architecture 'nosucharch'; supported: {}",
+                bad.display(),
+                bmoe_gguf::MOE_ARCHITECTURES.join(", ")
+            )),
             "{err}"
         );
+        assert!(!err.contains("nosucharch.block_count"), "{err}");
         let hint = err.lines().last().unwrap_or_default();
         assert!(
-            hint.starts_with("hint: the file's header is corrupt or was edited"),
+            hint.starts_with("hint: bmoe streams only the MoE architectures listed")
+                && hint.contains("--list-archs"),
             "{err}"
         );
     }

@@ -1,6 +1,7 @@
 //! bmoe-engine's integration tests, in one binary (one link of llama.cpp instead of one per
 //! file). Each module is one topic; run one with `cargo test -p bmoe-engine --test it gates::`.
 
+mod arch_checks;
 mod architecture;
 mod cli_flags;
 mod cli_usage;

@@ -36,7 +36,7 @@ pub fn hint_for(err: &anyhow::Error) -> Option<String> {
         GgufError::Split { .. } => {
             "keep every <prefix>-0000i-of-0000N.gguf shard in one directory, unrenamed".into()
         }
-        GgufError::Hparams { hint, .. } => hint.clone(),
+        GgufError::Hparams { hint, .. } | GgufError::UnknownArch { hint, .. } => hint.clone(),
         GgufError::Interrupted { .. } => "run the command again to write the file".into(),
         GgufError::Malformed { .. } => {
             "the file is not a complete GGUF v3 file (truncated copy?); re-create it, e.g. `bmoe-bench model synth --preset tiny -o tiny.gguf`".into()

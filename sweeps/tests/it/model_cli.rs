@@ -248,4 +248,29 @@ fn inspect_refuses_what_the_engine_refuses_with_the_key() {
         );
         assert!(err.contains("\nhint: "), "{err}");
     }
+    // an architecture no recipe names: refused by name, as bmoe-cli does, not by a missing key
+    let mut b = std::fs::read(dir.path().join("t.gguf")).unwrap();
+    let key = b"general.architecture";
+    // key, then the u32 value type and the u64 string length, then the 8 bytes "qwen3moe"
+    let at = b.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4 + 8;
+    assert_eq!(&b[at..at + 8], b"qwen3moe");
+    b[at..at + 8].copy_from_slice(b"nosuch\x07x");
+    std::fs::write(dir.path().join("arch.gguf"), &b).unwrap();
+    let out = bench(dir.path(), &["model", "inspect", "arch.gguf"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty(), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "error: arch.gguf: unknown architecture 'nosuch\\u{{7}}x'; supported: {}",
+            bmoe_gguf::MOE_ARCHITECTURES.join(", ")
+        )),
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .last()
+            .is_some_and(|l| l.starts_with("hint: ") && l.contains("--list-archs")),
+        "{err}"
+    );
 }

@@ -57,7 +57,10 @@ fn edited(
     write_gguf(&path, &md, &specs, 4096, 1, &mut fill).unwrap();
     let m = GgufModel::open(&path).unwrap();
     let e = validate(&m).unwrap_err();
-    assert!(matches!(e, GgufError::Hparams { .. }), "{e}");
+    assert!(
+        matches!(e, GgufError::Hparams { .. } | GgufError::UnknownArch { .. }),
+        "{e}"
+    );
     let text = e.to_string();
     assert!(text.contains(&format!("{name}.gguf")), "{text}");
     text
@@ -219,7 +222,7 @@ fn counts_llama_cpp_asserts_on_are_errors_with_the_key_and_offset() {
             "arch-nul",
             "general.architecture",
             MetaValue::String("qwen3moe\0\u{1b}".into()),
-            "not an architecture name",
+            "unknown architecture 'qwen3moe\\u{0}\\u{1b}'",
         ),
     ];
     for (name, key, v, want) in cases {
@@ -371,4 +374,319 @@ fn strings_from_a_file_are_escaped_in_messages() {
     let long = "k".repeat(500);
     assert_eq!(bmoe_gguf::escape(&long).chars().count(), 97);
     assert_eq!(bmoe_gguf::escape("héllo"), "héllo");
+}
+
+#[test]
+fn an_unknown_architecture_is_refused_by_name_with_the_supported_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = tiny(dir.path());
+    for (name, arch, shown) in [
+        ("nosucharch", "nosucharch", "nosucharch"),
+        ("llama", "llama", "llama"),
+        ("empty", "", ""),
+        ("ctl", "x\0y\u{7}", "x\\u{0}y\\u{7}"),
+    ] {
+        let text = edited(&base, name, |md, _| {
+            set(md, "general.architecture", MetaValue::String(arch.into()));
+        });
+        let path = dir.path().join(format!("{name}.gguf"));
+        let want = format!("{}: unknown architecture '{shown}'", path.display());
+        assert!(text.starts_with(&want), "{text}");
+        // the supported list, not the first arch key that happens to be missing
+        for a in bmoe_gguf::MOE_ARCHITECTURES {
+            assert!(text.contains(a), "{a}: {text}");
+        }
+        assert!(!text.contains("block_count"), "{text}");
+        assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+        let e = validate(&GgufModel::open(&path).unwrap()).unwrap_err();
+        let GgufError::UnknownArch { hint, .. } = e else {
+            panic!("{e}")
+        };
+        assert!(hint.contains("--list-archs"), "{hint}");
+    }
+}
+
+/// A preset written with f32 tensors (small, and copied verbatim by `edited`).
+fn preset(dir: &Path, p: Preset) -> PathBuf {
+    let path = dir.join(format!("{}.gguf", p.name()));
+    let mut o = SynthOptions::preset(p);
+    o.expert_type = bmoe_gguf::GgmlType::F32;
+    o.dense_type = bmoe_gguf::GgmlType::F32;
+    write_model(&o, &path).unwrap();
+    validate(&GgufModel::open(&path).unwrap()).unwrap();
+    path
+}
+
+type Edit = Box<dyn Fn(&mut Vec<(String, MetaValue)>, &mut Vec<TensorSpec>)>;
+
+fn put(key: &'static str, v: MetaValue) -> Edit {
+    Box::new(move |md, _| {
+        if md.iter().any(|(k, _)| k == key) {
+            set(md, key, v.clone());
+        } else {
+            md.push((key.into(), v.clone()));
+        }
+    })
+}
+
+fn drop_key(key: &'static str) -> Edit {
+    Box::new(move |md, _| md.retain(|(k, _)| k != key))
+}
+
+/// Tensor `name` with its dimension `axis` grown by one (a header lie the loader's shape
+/// check, `create_tensor`'s "wrong shape", refuses).
+fn grow(name: &'static str, axis: usize) -> Edit {
+    Box::new(move |_, specs| {
+        let s = specs.iter_mut().find(|s| s.name == name).unwrap();
+        let mut dims = s.dims.clone();
+        dims[axis] += 1;
+        *s = TensorSpec::new(s.name.clone(), s.ggml_type, &dims);
+    })
+}
+
+fn arr(elem_type: ValueType, values: Vec<MetaValue>) -> MetaValue {
+    MetaValue::Array(MetaArray { elem_type, values })
+}
+
+/// Each edit makes the file one the vendored llama.cpp refuses while loading (the throw or the
+/// getter named per case, src/models/<arch>.cpp and src/llama-model-loader.cpp); validate
+/// refuses it first, naming the file and the key or tensor.
+fn refused(base: &Path, cases: Vec<(&str, Edit, &str, &str)>) {
+    for (name, edit, key, want) in cases {
+        let text = edited(base, name, |md, specs| edit(md, specs));
+        assert!(
+            text.contains(&format!("{name}.gguf: {key}")),
+            "{name}: {text}"
+        );
+        assert!(text.contains(want), "{name}: {text}");
+    }
+}
+
+#[test]
+fn gpt_oss_keys_and_shapes_its_loader_refuses_are_errors_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = preset(dir.path(), Preset::GptOssTiny);
+    let model = GgufModel::open(&base).unwrap();
+    let n_head = model.get("gpt-oss.attention.head_count").unwrap().as_u64();
+    assert_eq!(
+        n_head,
+        Some(model.tensor("blk.0.attn_sinks.weight").unwrap().info.dims[0])
+    );
+    let b = |v| MetaValue::Bool(v);
+    refused(
+        &base,
+        vec![
+            // `get_key(LLM_KV_ATTENTION_SLIDING_WINDOW, n_swa)`: required, a u32
+            (
+                "swa-missing",
+                drop_key("gpt-oss.attention.sliding_window"),
+                "gpt-oss.attention.sliding_window",
+                "is missing",
+            ),
+            (
+                "swa-i32",
+                put("gpt-oss.attention.sliding_window", MetaValue::I32(128)),
+                "gpt-oss.attention.sliding_window",
+                "u32",
+            ),
+            // `get_key_or_arr(LLM_KV_EXPERT_FEED_FORWARD_LENGTH, …)`: required
+            (
+                "ff-missing",
+                drop_key("gpt-oss.expert_feed_forward_length"),
+                "gpt-oss.expert_feed_forward_length",
+                "is missing",
+            ),
+            // `load_swa_pattern`: `get_arr` throws on a float array or > LLAMA_MAX_LAYERS
+            // entries; else `get_key` of a u32 throws "wrong type"
+            (
+                "pattern-f32",
+                put(
+                    "gpt-oss.attention.sliding_window_pattern",
+                    arr(ValueType::F32, vec![MetaValue::F32(1.0); 2]),
+                ),
+                "gpt-oss.attention.sliding_window_pattern",
+                "bool, u32 or i32",
+            ),
+            (
+                "pattern-513",
+                put(
+                    "gpt-oss.attention.sliding_window_pattern",
+                    arr(ValueType::Bool, vec![b(true); 513]),
+                ),
+                "gpt-oss.attention.sliding_window_pattern",
+                "at most 512",
+            ),
+            (
+                "pattern-str",
+                put(
+                    "gpt-oss.attention.sliding_window_pattern",
+                    MetaValue::String("2".into()),
+                ),
+                "gpt-oss.attention.sliding_window_pattern",
+                "u32 period",
+            ),
+            // create_tensor's shape check: one sink per head, biases by the expert count
+            (
+                "sinks",
+                grow("blk.1.attn_sinks.weight", 0),
+                "tensor blk.1.attn_sinks.weight",
+                "has shape",
+            ),
+            (
+                "router-bias",
+                grow("blk.0.ffn_gate_inp.bias", 0),
+                "tensor blk.0.ffn_gate_inp.bias",
+                "has shape",
+            ),
+            (
+                "up-bias-experts",
+                grow("blk.1.ffn_up_exps.bias", 1),
+                "tensor blk.1.ffn_up_exps.bias",
+                "has shape",
+            ),
+            (
+                "down-bias-ff",
+                grow("blk.0.ffn_down_exps.bias", 0),
+                "tensor blk.0.ffn_down_exps.bias",
+                "has shape",
+            ),
+            (
+                "q-width",
+                grow("blk.0.attn_q.weight", 1),
+                "tensor blk.0.attn_q.weight",
+                "has shape",
+            ),
+        ],
+    );
+    // what load_swa_pattern accepts stays accepted: a u32 period, or a flag array
+    for (name, v) in [
+        ("period", MetaValue::U32(2)),
+        ("flags", arr(ValueType::Bool, vec![b(true), b(false)])),
+        ("flags-i32", arr(ValueType::I32, vec![MetaValue::I32(1); 2])),
+    ] {
+        let path = dir.path().join(format!("{name}.gguf"));
+        let mut md = model.metadata().to_vec();
+        md.push(("gpt-oss.attention.sliding_window_pattern".into(), v));
+        rewrite(&model, &path, md);
+        validate(&GgufModel::open(&path).unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn gemma4_keys_its_loader_refuses_are_errors_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = preset(dir.path(), Preset::Gemma4Tiny);
+    let model = GgufModel::open(&base).unwrap();
+    let hd = model
+        .get("gemma4.attention.key_length")
+        .unwrap()
+        .as_u64()
+        .unwrap() as u32;
+    // the synthetic gemma4 has a sliding-window layer 0; a full-attention layer 0 instead
+    let full_first = |md: &mut Vec<(String, MetaValue)>| {
+        let n = md
+            .iter()
+            .find(|(k, _)| k == "gemma4.block_count")
+            .and_then(|(_, v)| v.as_u64())
+            .unwrap() as usize;
+        let flags = (0..n).map(|i| MetaValue::Bool(i % 2 == 1)).collect();
+        set(
+            md,
+            "gemma4.attention.sliding_window_pattern",
+            arr(ValueType::Bool, flags),
+        );
+    };
+    refused(
+        &base,
+        vec![
+            // `get_arr(LLM_KV_ATTENTION_SLIDING_WINDOW_PATTERN, is_swa_impl)`: required array
+            (
+                "pattern-missing",
+                drop_key("gemma4.attention.sliding_window_pattern"),
+                "gemma4.attention.sliding_window_pattern",
+                "is missing",
+            ),
+            (
+                "pattern-u32",
+                put("gemma4.attention.sliding_window_pattern", MetaValue::U32(2)),
+                "gemma4.attention.sliding_window_pattern",
+                "as an array",
+            ),
+            (
+                "pattern-str",
+                put(
+                    "gemma4.attention.sliding_window_pattern",
+                    arr(ValueType::String, vec![MetaValue::String("x".into())]),
+                ),
+                "gemma4.attention.sliding_window_pattern",
+                "bool, u32 or i32",
+            ),
+            (
+                "pattern-600",
+                put(
+                    "gemma4.attention.sliding_window_pattern",
+                    arr(ValueType::U32, vec![MetaValue::U32(1); 600]),
+                ),
+                "gemma4.attention.sliding_window_pattern",
+                "at most 512",
+            ),
+            // required `get_key`s
+            (
+                "swa-missing",
+                drop_key("gemma4.attention.sliding_window"),
+                "gemma4.attention.sliding_window",
+                "is missing",
+            ),
+            (
+                "per-layer-missing",
+                drop_key("gemma4.embedding_length_per_layer_input"),
+                "gemma4.embedding_length_per_layer_input",
+                "is missing",
+            ),
+            (
+                "kswa-missing",
+                drop_key("gemma4.attention.key_length_swa"),
+                "gemma4.attention.key_length_swa",
+                "is missing",
+            ),
+            (
+                "vswa-u64",
+                put(
+                    "gemma4.attention.value_length_swa",
+                    MetaValue::U64(hd.into()),
+                ),
+                "gemma4.attention.value_length_swa",
+                "u32",
+            ),
+            // load_tensors: "Gemma 4 requires n_embd_head_k_swa == n_embd_head_v_swa"
+            (
+                "vswa-differs",
+                put("gemma4.attention.value_length_swa", MetaValue::U32(hd * 2)),
+                "gemma4.attention.value_length_swa",
+                "needs it equal to gemma4.attention.key_length_swa",
+            ),
+            // …and "n_embd_head_k == n_embd_head_v" (layer 0's sizes: full attention here)
+            (
+                "v-differs-full-first",
+                Box::new(move |md, _| {
+                    full_first(md);
+                    set(md, "gemma4.attention.value_length", MetaValue::U32(hd * 2));
+                }),
+                "gemma4.attention.value_length",
+                "needs it equal to gemma4.attention.key_length",
+            ),
+        ],
+    );
+}
+
+/// `model`'s tensors (data copied) under metadata `md`, written to `path`.
+fn rewrite(model: &GgufModel, path: &Path, md: Vec<(String, MetaValue)>) {
+    let specs: Vec<TensorSpec> = model
+        .tensors()
+        .iter()
+        .map(|t| TensorSpec::new(t.info.name.clone(), t.info.ggml_type, &t.info.dims))
+        .collect();
+    let names = specs.iter().map(|s| s.name.clone()).collect();
+    let mut fill = CopyFill { model, names };
+    write_gguf(path, &md, &specs, 4096, 1, &mut fill).unwrap();
 }
