@@ -50,6 +50,8 @@ fn defaults_resolve() {
             io_threads: 1,
             o_direct: false,
             overlap: None,
+            prefetch: 0,
+            prefetch_sync: false,
         })
     );
     assert_eq!(s.n_ubatch, 64);

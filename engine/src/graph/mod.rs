@@ -11,9 +11,5 @@ pub mod replay;
 pub mod routes;
 pub mod span;
 pub mod steer;
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "groundwork for --prefetch (issue #15)")
-)]
 pub mod temporal;
 pub mod timing;

@@ -220,10 +220,6 @@ impl ExpertCache {
     /// in flight until [`complete_speculative`](Self::complete_speculative) or
     /// [`cancel_speculative`](Self::cancel_speculative). `false` (nothing changed) when `id` is
     /// out of range, resident or already in flight — there is nothing to read.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "groundwork for --prefetch (issue #15)")
-    )]
     pub fn insert_speculative(&mut self, id: EntryId) -> bool {
         let Some(i) = self.index(id) else {
             return false;
@@ -248,10 +244,6 @@ impl ExpertCache {
     /// The speculative read of `id` finished: counted in `spec_experts`; an entry nobody claimed
     /// yet waits at its place for its first lookup ([`Touch::SpecHit`]), an adopted one becomes
     /// a plain entry. No effect on an entry that is not in flight.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "groundwork for --prefetch (issue #15)")
-    )]
     pub fn complete_speculative(&mut self, id: EntryId) {
         let Some(i) = self.index(id) else {
             return;
@@ -271,10 +263,6 @@ impl ExpertCache {
     /// Drops a speculative read that was queued or failed before anything claimed it (the entry
     /// is forgotten, not counted as an eviction). Returns `false`, changing nothing, when a real
     /// load already adopted it — that read must complete.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "groundwork for --prefetch (issue #15)")
-    )]
     pub fn cancel_speculative(&mut self, id: EntryId) -> bool {
         let Some(i) = self.index(id) else {
             return false;
@@ -288,10 +276,6 @@ impl ExpertCache {
     }
 
     /// Whether a lane is still writing `id` speculatively (adopted or not).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "groundwork for --prefetch (issue #15)")
-    )]
     pub fn is_in_flight(&self, id: EntryId) -> bool {
         self.index(id).is_some_and(|i| {
             self.slots[i].valid && matches!(self.slots[i].spec, Spec::InFlight | Spec::Adopted)

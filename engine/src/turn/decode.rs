@@ -16,7 +16,7 @@ use crate::graph::span::DecodeSpan;
 use crate::memory::picture::{MemorySnapshot, cgroup_memory};
 use crate::sinks::csv::{RowContext, TrailerContext, token_row, trailer};
 use crate::sinks::report::{
-    RoutingSummary, RunSummary, StreamSummary, TokenStats, load_line, progress_line,
+    RoutingSummary, RunSummary, SpecSummary, StreamSummary, TokenStats, load_line, progress_line,
     progress_line_deltas,
 };
 use crate::stream::StreamStats;
@@ -367,6 +367,11 @@ impl Engine<'_> {
                 hits: n.hits,
                 experts_read: n.experts_read,
                 expert_bytes: self.expert_bytes(),
+                spec: self.prefetch_on().then(|| SpecSummary {
+                    read_bytes: n.spec_read_bytes - b.spec_read_bytes,
+                    experts: n.spec_experts - b.spec_experts,
+                    useful: n.spec_useful - b.spec_useful,
+                }),
             });
         }
         if self.streaming {
