@@ -81,3 +81,16 @@ fn prefetch_off_prints_no_prefetch_line() {
         "no --prefetch, no moe-prefetch line:\n{stdout}"
     );
 }
+
+#[test]
+fn prefetch_without_a_cache_is_a_config_error_with_a_hint() {
+    let out = crate::gates::run(deep(), &["--moe-stream", "--prefetch", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "must refuse:\n{stderr}");
+    assert!(stderr.contains("--prefetch"), "names the flag:\n{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("hint:")),
+        "a hint line:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "no panic:\n{stderr}");
+}
