@@ -56,6 +56,8 @@ impl Streamer {
         }
         for (il, experts) in by_layer {
             let (jobs, served) = self.plan_reads(il, &experts);
+            // the io log's entries of this load include its speculative reads (trace stamping)
+            self.load_reads += jobs.len();
             let log_from = self.io_log.as_ref().map_or(0, Vec::len);
             let (result, _) = self.read(il, jobs, &served, Instant::now());
             if let Some(log) = self.io_log.as_mut() {
