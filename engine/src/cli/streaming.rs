@@ -39,6 +39,15 @@ pub struct StreamArgs {
     /// staged (at each projection's matmul; no userfaultfd needed) [default: uffd]
     #[arg(long = "overlap-kind", value_name = "uffd|staged")]
     pub overlap_kind: Option<String>,
+    /// Temporal prefetch: after each layer's load, read ahead the experts the previous token
+    /// routed at the next K layers into the cache's cold end (0 = off; needs --moe-stream and a
+    /// cache; serial loads only — the reads run on the eval thread after the real ones)
+    #[arg(long = "prefetch", default_value_t = 0, value_name = "K")]
+    pub prefetch: i64,
+    /// Diagnostic: drain the speculative reads on the eval thread (needs --prefetch; marks the
+    /// run instrumented)
+    #[arg(long = "prefetch-sync")]
+    pub prefetch_sync: bool,
 }
 
 /// `--cache-mb auto` bounds.
@@ -65,6 +74,10 @@ pub struct StreamConfig {
     pub o_direct: bool,
     /// `--overlap` (and whether the staged fallback is forced).
     pub overlap: Option<OverlapRequest>,
+    /// `--prefetch K` (0 = off).
+    pub prefetch: usize,
+    /// `--prefetch-sync`.
+    pub prefetch_sync: bool,
 }
 
 impl StreamArgs {
@@ -104,6 +117,7 @@ impl StreamArgs {
             ));
         }
         let (cache_mb, auto) = self.cache()?;
+        self.check_prefetch(cache_mb, auto.is_some())?;
         if !self.moe_stream {
             return Ok(None);
         }
@@ -116,7 +130,53 @@ impl StreamArgs {
             overlap: self.overlap.then_some(OverlapRequest {
                 force_staged: staged,
             }),
+            prefetch: self.prefetch as usize,
+            prefetch_sync: self.prefetch_sync,
         }))
+    }
+
+    /// `--prefetch K` / `--prefetch-sync` prerequisites: streaming, a cache for the guesses to
+    /// land in, and serial loads (the overlapped lanes have no speculative queue yet).
+    fn check_prefetch(&self, cache_mb: u64, auto: bool) -> Result<(), ConfigError> {
+        if !(0..=64).contains(&self.prefetch) {
+            return Err(ConfigError::new(
+                "--prefetch",
+                format!("--prefetch must be in 0..=64 (got {})", self.prefetch),
+                "K is how many layers ahead to read; 1 or 2 is typical, 0 turns it off",
+            ));
+        }
+        if self.prefetch_sync && self.prefetch == 0 {
+            return Err(ConfigError::new(
+                "--prefetch-sync",
+                "--prefetch-sync requires --prefetch K (K >= 1)",
+                "add --prefetch 1, or drop --prefetch-sync",
+            ));
+        }
+        if self.prefetch == 0 {
+            return Ok(());
+        }
+        if !self.moe_stream {
+            return Err(ConfigError::new(
+                "--prefetch",
+                "--prefetch requires --moe-stream",
+                "speculative reads fill the streamed experts' cache; add --moe-stream",
+            ));
+        }
+        if cache_mb == 0 && !auto {
+            return Err(ConfigError::new(
+                "--prefetch",
+                "--prefetch requires an expert cache (--cache-mb > 0 or auto)",
+                "a read-ahead expert waits in the cache for its routing; add --cache-mb 256",
+            ));
+        }
+        if self.overlap {
+            return Err(ConfigError::new(
+                "--prefetch",
+                "--prefetch cannot be combined with --overlap yet",
+                "drop --overlap: speculative reads run on the serial path for now",
+            ));
+        }
+        Ok(())
     }
 
     /// The streaming flags among `given` (clap ids) that have no effect: every one of them

@@ -50,6 +50,8 @@ fn defaults_resolve() {
             io_threads: 1,
             o_direct: false,
             overlap: None,
+            prefetch: 0,
+            prefetch_sync: false,
         })
     );
     assert_eq!(s.n_ubatch, 64);
@@ -276,4 +278,94 @@ fn every_error_has_a_hint() {
     ] {
         assert!(!parse(args).unwrap_err().hint.is_empty());
     }
+}
+
+#[test]
+fn prefetch_prerequisites_are_errors_naming_the_flag() {
+    let e = |a: &[&str]| parse(a).unwrap_err();
+    let cases: [(&[&str], &str, &str); 6] = [
+        (
+            &["-m", "x", "--prefetch", "1"],
+            "--prefetch",
+            "--moe-stream",
+        ),
+        (
+            &["-m", "x", "--moe-stream", "--prefetch", "1"],
+            "--prefetch",
+            "cache",
+        ),
+        (
+            &[
+                "-m",
+                "x",
+                "--moe-stream",
+                "--cache-mb",
+                "0",
+                "--prefetch",
+                "2",
+            ],
+            "--prefetch",
+            "cache",
+        ),
+        (
+            &[
+                "-m",
+                "x",
+                "--moe-stream",
+                "--cache-mb",
+                "8",
+                "--prefetch",
+                "-1",
+            ],
+            "--prefetch",
+            "0..=64",
+        ),
+        (
+            &[
+                "-m",
+                "x",
+                "--moe-stream",
+                "--cache-mb",
+                "8",
+                "--overlap",
+                "--prefetch",
+                "1",
+            ],
+            "--prefetch",
+            "--overlap",
+        ),
+        (
+            &[
+                "-m",
+                "x",
+                "--moe-stream",
+                "--cache-mb",
+                "8",
+                "--prefetch-sync",
+            ],
+            "--prefetch-sync",
+            "--prefetch K",
+        ),
+    ];
+    for (args, flag, says) in cases {
+        let err = e(args);
+        assert_eq!(err.flag, flag, "{args:?}");
+        assert!(err.message.contains(flag), "{args:?}: {}", err.message);
+        assert!(err.message.contains(says), "{args:?}: {}", err.message);
+        assert!(!err.hint.is_empty(), "{args:?}: no hint");
+    }
+    // the prerequisites met: accepted, and carried into the streaming config
+    let ok = parse(&[
+        "-m",
+        "x",
+        "--moe-stream",
+        "--cache-mb",
+        "auto",
+        "--prefetch",
+        "2",
+        "--prefetch-sync",
+    ])
+    .unwrap();
+    let sc = ok.stream.unwrap();
+    assert_eq!((sc.prefetch, sc.prefetch_sync), (2, true));
 }

@@ -11,4 +11,5 @@ pub mod replay;
 pub mod routes;
 pub mod span;
 pub mod steer;
+pub mod temporal;
 pub mod timing;

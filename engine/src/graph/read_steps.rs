@@ -125,6 +125,7 @@ mod tests {
             req_bytes: 1,
             read_bytes: 1,
             latency_ns: 1,
+            spec: false,
         }
     }
 

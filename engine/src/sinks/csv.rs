@@ -139,6 +139,11 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push_f64(k::CACHE_RESIDENT_MIB, mib(st.resident_bytes), 1);
     t.push_f64(k::CACHE_BUDGET_MIB, c.cache_budget_mib, 1);
     t.push("cache_resizes", "0");
+    if let Some(sp) = st.spec {
+        t.push_f64("spec_read_MiB", mib(sp.read_bytes), 1);
+        t.push("spec_experts", sp.experts.to_string());
+        t.push("spec_useful", sp.useful.to_string());
+    }
     t.push_f64(k::MAJFLT_PER_TOK, s.majflt as f64 / n, 2);
     t.push_f64(k::CPU_S_PER_TOK, s.cpu_s / n, 4);
     t.push_f64(k::LOOP_OVERHEAD_S_PER_TOK, c.loop_overhead_s / n, 4);
@@ -269,12 +274,12 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
         o_direct: Some(r.o_direct),
         overlap: Some(r.overlap.is_some()),
         io_two_wave: Some(false),
-        prefetch: Some(0),
+        prefetch: Some(sc.map_or(0, |s| s.prefetch as u64)),
         route_ahead: Some(0),
         predict_prefetch: Some(false),
         predict_log: Some(false),
         predict_spec_max: Some(0),
-        prefetch_sync: Some(false),
+        prefetch_sync: Some(sc.is_some_and(|s| s.prefetch_sync)),
         dense_weights: Some(r.dense_weights.as_str().to_string()),
         drop_cold_frac: Some(as_typed(cfg.routing.edits.drop_frac)),
         drop_renorm: Some(cfg.routing.edits.renorm),

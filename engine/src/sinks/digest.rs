@@ -205,6 +205,7 @@ mod tests {
                 hits: 12,
                 experts_read: 4,
                 expert_bytes: 8 << 20,
+                spec: None,
                 ..Default::default()
             }),
             ..Default::default()

@@ -66,7 +66,7 @@ impl IoTraceWriter {
                 expert: r.expert,
                 proj: r.proj,
                 lane: r.lane,
-                spec: false,
+                spec: r.spec,
                 offset: r.offset,
                 req_bytes: r.req_bytes,
                 read_bytes: r.read_bytes,

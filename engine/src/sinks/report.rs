@@ -6,7 +6,7 @@
 use bmoe_telemetry::protocol::{Load, Progress, round_to};
 use bmoe_telemetry::summary::{
     CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeChurn, MoeDrop, MoeOverlap,
-    MoeStream, MoeWaits, NgramCoverage, Prefill, SpecAcceptance, SpecCost,
+    MoePrefetch, MoeStream, MoeWaits, NgramCoverage, Prefill, SpecAcceptance, SpecCost,
 };
 
 /// One generated token's measurements.
@@ -302,6 +302,19 @@ pub struct StreamSummary {
     pub experts_read: u64,
     /// Every expert of every streamed layer, bytes (what a resident run keeps in memory).
     pub expert_bytes: u64,
+    /// `--prefetch`: this generation's speculative reads; `None` when it is off.
+    pub spec: Option<PrefetchSummary>,
+}
+
+/// A generation's speculative reads (`moe-prefetch:`, trailer `spec_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PrefetchSummary {
+    /// Slice bytes read speculatively.
+    pub read_bytes: u64,
+    /// Experts whose speculative read completed.
+    pub experts: u64,
+    /// Of those, the ones a later routing hit.
+    pub useful: u64,
 }
 
 impl StreamSummary {
@@ -402,6 +415,22 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
                     .to_string(),
                 );
             }
+        }
+        if let Some(sp) = st.spec {
+            out.push(
+                MoePrefetch {
+                    mib: sp.read_bytes as f64 / MIB,
+                    useful: sp.useful,
+                    prefetched: sp.experts,
+                    pct: if sp.experts > 0 {
+                        100.0 * sp.useful as f64 / sp.experts as f64
+                    } else {
+                        0.0
+                    },
+                    tag: None,
+                }
+                .to_string(),
+            );
         }
         if let Some(r) = s.routing.filter(|r| r.drop_frac > 0.0) {
             out.push(

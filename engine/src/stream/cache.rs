@@ -5,6 +5,12 @@
 //! which entries to release. Entries staged by the current load are never evicted, so a budget
 //! of 0 ("cache off") keeps exactly the current layer's experts resident, and a single layer
 //! bigger than the budget overshoots it until the next load.
+//!
+//! Speculative entries (the groundwork of `--prefetch`, issue #15) join at the cold end
+//! ([`ExpertCache::insert_speculative`]) so a wrong guess is the first thing evicted. While a
+//! lane still writes one it is *in flight*: never evicted, and a real lookup of it reports
+//! [`Touch::InFlight`] so the caller waits for that read instead of handing half-written memory
+//! to a layer or reading it a second time.
 
 /// An entry: expert `expert` of layer `layer`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,6 +31,26 @@ pub enum Touch {
         /// The entry had been resident before and was evicted (bytes paid for twice).
         reread: bool,
     },
+    /// Resident because a speculative read completed, and this is the first real lookup of it
+    /// (the route trace's `residency=2`). Counted as a hit and as a useful speculation.
+    SpecHit,
+    /// A speculative read of this entry is still in flight: the caller must wait for it (it
+    /// now belongs to this load and can no longer be cancelled). Counted as a hit and as a
+    /// useful speculation.
+    InFlight,
+}
+
+/// Where a speculative entry stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spec {
+    /// Not speculative (or no longer: a real lookup claimed it).
+    No,
+    /// Being read speculatively; nothing has asked for it yet.
+    InFlight,
+    /// Being read speculatively, and a real load already claimed it (it waits for the read).
+    Adopted,
+    /// Read speculatively, not looked up since.
+    Landed,
 }
 
 /// Cumulative counters since the cache was created.
@@ -38,6 +64,10 @@ pub struct CacheCounters {
     pub evictions: u64,
     /// Misses on entries that had been evicted before.
     pub rereads: u64,
+    /// Speculative entries whose read completed (the seed's `spec_experts`).
+    pub spec_experts: u64,
+    /// Speculative entries a later real lookup hit, landed or still in flight (`spec_useful`).
+    pub spec_useful: u64,
 }
 
 const NIL: usize = usize::MAX;
@@ -46,6 +76,7 @@ const NIL: usize = usize::MAX;
 struct Slot {
     valid: bool,
     ever_evicted: bool,
+    spec: Spec,
     stamp: u64,
     prev: usize,
     next: usize,
@@ -74,6 +105,7 @@ impl ExpertCache {
         let slot = Slot {
             valid: false,
             ever_evicted: false,
+            spec: Spec::No,
             stamp: 0,
             prev: NIL,
             next: NIL,
@@ -122,7 +154,23 @@ impl ExpertCache {
             self.counters.hits += 1;
             self.slots[i].stamp = gen_now;
             self.move_to_front(i);
-            return Some(Touch::Hit);
+            let found = match self.slots[i].spec {
+                Spec::No => Touch::Hit,
+                Spec::Landed => {
+                    self.slots[i].spec = Spec::No;
+                    self.counters.spec_useful += 1;
+                    Touch::SpecHit
+                }
+                Spec::InFlight => {
+                    self.slots[i].spec = Spec::Adopted;
+                    self.counters.spec_useful += 1;
+                    Touch::InFlight
+                }
+                // a second load of the same entry while its read still runs (a layer repeats
+                // before the lane finishes): it still has to wait, but counts once
+                Spec::Adopted => Touch::InFlight,
+            };
+            return Some(found);
         }
         let reread = self.slots[i].ever_evicted;
         if reread {
@@ -148,18 +196,90 @@ impl ExpertCache {
     }
 
     /// Releases least-recently-used entries until the resident bytes fit the budget, never
-    /// touching entries of the current load. Returns the released entries; the caller drops
-    /// their memory.
+    /// touching entries of the current load nor entries a lane is still writing. Returns the
+    /// released entries; the caller drops their memory.
     pub fn evict_to_budget(&mut self) -> Vec<EntryId> {
         let mut out = Vec::new();
-        while self.resident > self.budget && self.tail != NIL {
-            let i = self.tail;
+        let mut i = self.tail;
+        while self.resident > self.budget && i != NIL {
+            // walking towards the hot end: the current load's entries are all at the front,
+            // so the first one met ends the walk
             if self.slots[i].stamp == self.generation {
                 break;
             }
-            out.push(self.release(i));
+            let warmer = self.slots[i].prev;
+            if !matches!(self.slots[i].spec, Spec::InFlight | Spec::Adopted) {
+                out.push(self.release(i));
+            }
+            i = warmer;
         }
         out
+    }
+
+    /// Starts a speculative read of `id`: the entry is accounted resident, at the cold end, and
+    /// in flight until [`complete_speculative`](Self::complete_speculative) or
+    /// [`cancel_speculative`](Self::cancel_speculative). `false` (nothing changed) when `id` is
+    /// out of range, resident or already in flight — there is nothing to read.
+    pub fn insert_speculative(&mut self, id: EntryId) -> bool {
+        let Some(i) = self.index(id) else {
+            return false;
+        };
+        if self.slots[i].valid {
+            return false;
+        }
+        if self.slots[i].ever_evicted {
+            // paid for again, whoever asked: the seed's `rereads` counts reads, not lookups
+            self.counters.rereads += 1;
+        }
+        let slot = &mut self.slots[i];
+        slot.valid = true;
+        slot.spec = Spec::InFlight;
+        // older than anything: not protected by the load that happens to be running
+        slot.stamp = 0;
+        self.resident += self.entry_bytes[id.layer];
+        self.push_back(i);
+        true
+    }
+
+    /// The speculative read of `id` finished: counted in `spec_experts`; an entry nobody claimed
+    /// yet waits at its place for its first lookup ([`Touch::SpecHit`]), an adopted one becomes
+    /// a plain entry. No effect on an entry that is not in flight.
+    pub fn complete_speculative(&mut self, id: EntryId) {
+        let Some(i) = self.index(id) else {
+            return;
+        };
+        let slot = &mut self.slots[i];
+        if !slot.valid {
+            return;
+        }
+        slot.spec = match slot.spec {
+            Spec::InFlight => Spec::Landed,
+            Spec::Adopted => Spec::No,
+            Spec::No | Spec::Landed => return,
+        };
+        self.counters.spec_experts += 1;
+    }
+
+    /// Drops a speculative read that was queued or failed before anything claimed it (the entry
+    /// is forgotten, not counted as an eviction). Returns `false`, changing nothing, when a real
+    /// load already adopted it — that read must complete.
+    pub fn cancel_speculative(&mut self, id: EntryId) -> bool {
+        let Some(i) = self.index(id) else {
+            return false;
+        };
+        if !(self.slots[i].valid && self.slots[i].spec == Spec::InFlight) {
+            return false;
+        }
+        self.slots[i].spec = Spec::No;
+        self.invalidate(id);
+        true
+    }
+
+    /// Whether a lane is still writing `id` speculatively (adopted or not).
+    pub fn is_in_flight(&self, id: EntryId) -> bool {
+        self.index(id).is_some_and(|i| {
+            self.slots[i].valid && matches!(self.slots[i].spec, Spec::InFlight | Spec::Adopted)
+        })
     }
 
     /// Forgets `id` (its memory no longer holds the file's bytes). Not counted as an eviction.
@@ -169,6 +289,7 @@ impl ExpertCache {
         {
             self.unlink(i);
             self.slots[i].valid = false;
+            self.slots[i].spec = Spec::No;
             self.resident -= self.entry_bytes[id.layer];
         }
     }
@@ -182,6 +303,7 @@ impl ExpertCache {
         let slot = &mut self.slots[i];
         slot.valid = false;
         slot.ever_evicted = true;
+        slot.spec = Spec::No;
         self.resident -= self.entry_bytes[id.layer];
         self.counters.evictions += 1;
         id
@@ -201,6 +323,18 @@ impl ExpertCache {
         self.head = i;
         if self.tail == NIL {
             self.tail = i;
+        }
+    }
+
+    fn push_back(&mut self, i: usize) {
+        self.slots[i].next = NIL;
+        self.slots[i].prev = self.tail;
+        if self.tail != NIL {
+            self.slots[self.tail].next = i;
+        }
+        self.tail = i;
+        if self.head == NIL {
+            self.head = i;
         }
     }
 
@@ -278,7 +412,9 @@ mod tests {
                 lookups: 6,
                 hits: 1,
                 evictions: 2,
-                rereads: 0
+                rereads: 0,
+                spec_experts: 0,
+                spec_useful: 0,
             }
         );
     }
@@ -321,5 +457,76 @@ mod tests {
             }
         }
         assert_eq!(c.resident_bytes(), 120);
+    }
+
+    #[test]
+    fn a_wrong_guess_is_evicted_first_and_a_right_one_hits_once() {
+        let mut c = ExpertCache::new(8, vec![10, 10], 30);
+        c.begin_load();
+        c.touch(id(0, 0));
+        c.touch(id(0, 1));
+        assert!(c.insert_speculative(id(1, 4)));
+        assert!(c.insert_speculative(id(1, 5)));
+        assert!(!c.insert_speculative(id(1, 5)), "already in flight");
+        assert!(!c.insert_speculative(id(0, 0)), "already resident");
+        c.complete_speculative(id(1, 4));
+        c.complete_speculative(id(1, 5));
+        assert_eq!(c.counters().spec_experts, 2);
+        c.begin_load();
+        assert_eq!(c.touch(id(1, 5)), Some(Touch::SpecHit));
+        c.touch(id(1, 6));
+        // 50 bytes over a 30-byte budget: the untouched guess (1,4) goes before the older real
+        // entries, then the least recent of those
+        assert_eq!(c.evict_to_budget(), vec![id(1, 4), id(0, 0)]);
+        c.begin_load();
+        assert_eq!(c.touch(id(1, 5)), Some(Touch::Hit), "residency=2 only once");
+        let k = c.counters();
+        assert_eq!((k.spec_experts, k.spec_useful), (2, 1));
+        assert!(k.spec_useful <= k.spec_experts);
+    }
+
+    #[test]
+    fn an_entry_in_flight_is_never_evicted_and_a_real_lookup_adopts_it() {
+        let mut c = ExpertCache::new(4, vec![10], 0);
+        assert!(c.insert_speculative(id(0, 3)));
+        c.begin_load();
+        c.touch(id(0, 0));
+        assert!(
+            c.evict_to_budget().is_empty(),
+            "in flight: the lane still writes it"
+        );
+        assert!(c.is_resident(id(0, 3)));
+        c.begin_load();
+        assert_eq!(c.touch(id(0, 3)), Some(Touch::InFlight));
+        assert!(
+            !c.cancel_speculative(id(0, 3)),
+            "adopted: its read must complete"
+        );
+        assert!(c.is_in_flight(id(0, 3)));
+        assert_eq!(c.evict_to_budget(), vec![id(0, 0)]);
+        c.complete_speculative(id(0, 3));
+        assert!(!c.is_in_flight(id(0, 3)));
+        c.begin_load();
+        assert_eq!(c.touch(id(0, 3)), Some(Touch::Hit));
+        let k = c.counters();
+        assert_eq!((k.spec_experts, k.spec_useful, k.hits), (1, 1, 2));
+    }
+
+    #[test]
+    fn cancelled_speculation_is_forgotten_and_rereads_count_reads() {
+        let mut c = ExpertCache::new(4, vec![10], 0);
+        c.begin_load();
+        c.touch(id(0, 1));
+        c.begin_load();
+        c.touch(id(0, 2));
+        assert_eq!(c.evict_to_budget(), vec![id(0, 1)]);
+        assert!(c.insert_speculative(id(0, 1)));
+        assert_eq!(c.counters().rereads, 1, "bytes paid for twice");
+        assert!(c.cancel_speculative(id(0, 1)));
+        assert!(!c.is_resident(id(0, 1)));
+        assert_eq!(c.resident_bytes(), 10);
+        assert_eq!(c.counters().evictions, 1, "a cancel is not an eviction");
+        c.complete_speculative(id(0, 1));
+        assert_eq!(c.counters().spec_experts, 0, "nothing completed");
     }
 }

@@ -17,6 +17,8 @@ pub(super) struct Staged {
     pub misses: Vec<usize>,
     /// The first routed expert (test poisoning).
     pub first_routed: Option<usize>,
+    /// The experts whose lookup was the first touch of a speculative read (`residency=2`).
+    pub spec_hits: Vec<usize>,
 }
 
 impl Streamer {
@@ -46,6 +48,7 @@ impl Streamer {
             before,
             misses,
             first_routed,
+            spec_hits,
         } = st;
         let routed = ids;
         // evict before reading: the victims' pages become the misses' pages (never the current
@@ -64,6 +67,7 @@ impl Streamer {
         self.stats.experts_read += misses.len() as u64;
         if let Some(t) = trace {
             self.fill_trace(t, routed, &before, &misses, &jobs, n_tensors);
+            mark_spec_hits(t, routed, &spec_hits);
         }
         let planned: u64 = jobs.iter().map(|j| j.len as u64).sum();
         if planned > 0 && self.pause.should_sleep(planned) {
@@ -86,6 +90,7 @@ impl Streamer {
         if let Some(p) = self.poison {
             self.apply_poison(layer, p, first_routed);
         }
+        self.speculate(layer, routed);
         if let Some(peak) = self.peak_resident.as_mut() {
             *peak = (*peak).max(self.arena.resident_bytes());
         }
@@ -133,19 +138,26 @@ impl Streamer {
         };
         self.cache.begin_load();
         self.seen_gen += 1;
-        let (misses, first_routed) = self.touch_routed(layer, ids);
+        let (misses, first_routed, spec_hits) = self.touch_routed(layer, ids);
         Some(Staged {
             t0,
             before,
             misses,
             first_routed,
+            spec_hits,
         })
     }
 
     /// Looks up every routed expert of `layer` once (duplicates refresh the LRU only): the misses
-    /// in first-routed order, and the first routed expert (for test poisoning).
-    fn touch_routed(&mut self, layer: usize, ids: &[i32]) -> (Vec<usize>, Option<usize>) {
+    /// in first-routed order, the first routed expert (for test poisoning), and the experts
+    /// whose lookup was a speculative entry's first touch.
+    fn touch_routed(
+        &mut self,
+        layer: usize,
+        ids: &[i32],
+    ) -> (Vec<usize>, Option<usize>, Vec<usize>) {
         let mut misses: Vec<usize> = Vec::new();
+        let mut spec_hits: Vec<usize> = Vec::new();
         let mut first_routed = None;
         for &raw in ids {
             let Ok(e) = usize::try_from(raw) else {
@@ -161,16 +173,18 @@ impl Streamer {
             }
             self.seen[e] = self.seen_gen;
             first_routed.get_or_insert(e);
-            if let Some(Touch::Miss { .. }) = self.cache.touch(id) {
-                misses.push(e);
+            match self.cache.touch(id) {
+                Some(Touch::Miss { .. }) => misses.push(e),
+                Some(Touch::SpecHit) => spec_hits.push(e),
+                _ => {}
             }
         }
-        (misses, first_routed)
+        (misses, first_routed, spec_hits)
     }
 
     /// The reads of `misses` in `layer`, tensor-major, and for the io log each job's
     /// (projection, expert, requested bytes).
-    fn plan_reads(
+    pub(super) fn plan_reads(
         &self,
         layer: usize,
         misses: &[usize],
@@ -200,7 +214,7 @@ impl Streamer {
 
     /// Runs `jobs` on the lanes (started at `t1`), logs them for the io trace and counts the
     /// blocked time; returns the outcome and when the read phase ended.
-    fn read(
+    pub(super) fn read(
         &mut self,
         layer: usize,
         jobs: Vec<ReadJob>,
@@ -232,6 +246,7 @@ impl Streamer {
                     req_bytes: req as u64,
                     read_bytes: t.bytes,
                     latency_ns: t.latency_ns,
+                    spec: false,
                 });
             }
         }
@@ -293,5 +308,24 @@ impl Streamer {
         self.last_layer = Some(layer);
         self.stats.token_demand_bytes += bytes;
         self.stats.layer_demand_bytes = self.stats.layer_demand_bytes.max(bytes);
+    }
+}
+
+/// `residency=2`: the first routing of each expert whose lookup was a speculative entry's first
+/// touch (later routings of it in the same load are plain hits).
+fn mark_spec_hits(trace: &mut [Routing], routed: &[i32], spec_hits: &[usize]) {
+    if spec_hits.is_empty() {
+        return;
+    }
+    let mut marked = vec![false; spec_hits.len()];
+    for (slot, &raw) in trace.iter_mut().zip(routed) {
+        let Ok(e) = usize::try_from(raw) else {
+            continue;
+        };
+        if let Some(k) = spec_hits.iter().position(|&x| x == e)
+            && !std::mem::replace(&mut marked[k], true)
+        {
+            slot.residency = 2;
+        }
     }
 }

@@ -29,6 +29,7 @@ impl Streamer {
             before,
             misses,
             first_routed,
+            ..
         } = st;
         // the previous layer's batch must be complete before its pages can be evicted
         let t_drain = Instant::now();

@@ -11,6 +11,7 @@ mod pages;
 pub mod pause;
 pub mod prefill;
 pub mod recycle;
+mod speculate;
 mod start;
 
 use cache::ExpertCache;
@@ -81,6 +82,12 @@ pub struct StreamStats {
     /// Bytes of evicted experts' pages moved to missed experts instead of being released and
     /// faulted in again ([`recycle`]).
     pub recycled_bytes: u64,
+    /// `--prefetch`: slice bytes read speculatively (also in `read_bytes`, as aligned windows).
+    pub spec_read_bytes: u64,
+    /// `--prefetch`: experts whose speculative read completed.
+    pub spec_experts: u64,
+    /// `--prefetch`: of those, how many a later routing hit.
+    pub spec_useful: u64,
 }
 
 /// Env var (diagnostic A/B): `1` releases evicted pages with `MADV_DONTNEED` and lets the reads
@@ -124,6 +131,8 @@ pub struct IoRecord {
     pub read_bytes: u64,
     /// Wall time of the read.
     pub latency_ns: u64,
+    /// A speculative (`--prefetch`) read: the io trace's `spec=1`.
+    pub spec: bool,
 }
 
 /// Test-only poisoning: writes NaN bytes (0xFF) over expert slices after each load, to prove
@@ -186,6 +195,8 @@ pub struct Streamer {
     consume_order: Vec<Vec<usize>>,
     /// Staged overlap: the consuming node after which a group must be in, by node name.
     stage_nodes: HashMap<String, (usize, usize)>,
+    /// `--prefetch K`: the temporal predictor; `None` when off.
+    spec: Option<speculate::Speculation>,
 }
 
 impl Drop for Streamer {
@@ -231,6 +242,8 @@ impl Streamer {
             hits: c.hits,
             evictions: c.evictions,
             rereads: c.rereads,
+            spec_experts: c.spec_experts,
+            spec_useful: c.spec_useful,
             resident_bytes: self.cache.resident_bytes(),
             ..self.stats
         };
@@ -336,6 +349,7 @@ impl Streamer {
                         as u64,
                     read_bytes: t.bytes,
                     latency_ns: t.latency_ns,
+                    spec: false,
                 });
             }
         }

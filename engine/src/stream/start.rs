@@ -109,6 +109,7 @@ impl Streamer {
             pause: super::pause::PausePolicy::default(),
             consume_order: Vec::new(),
             stage_nodes: std::collections::HashMap::new(),
+            spec: None,
             peak_resident: std::env::var(PEAK_RESIDENT_ENV)
                 .is_ok_and(|v| v == "1")
                 .then_some(0),

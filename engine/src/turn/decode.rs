@@ -16,8 +16,8 @@ use crate::graph::span::DecodeSpan;
 use crate::memory::picture::{MemorySnapshot, cgroup_memory};
 use crate::sinks::csv::{RowContext, TrailerContext, token_row, trailer};
 use crate::sinks::report::{
-    RoutingSummary, RunSummary, SpecSummary, StreamSummary, TokenStats, load_line, progress_line,
-    progress_line_deltas,
+    PrefetchSummary, RoutingSummary, RunSummary, SpecSummary, StreamSummary, TokenStats, load_line,
+    progress_line, progress_line_deltas,
 };
 use crate::stream::StreamStats;
 use crate::vm::{process_sample, system_page_size};
@@ -492,6 +492,11 @@ impl Engine<'_> {
                 hits: n.hits,
                 experts_read: n.experts_read,
                 expert_bytes: self.expert_bytes(),
+                spec: self.prefetch_on().then(|| PrefetchSummary {
+                    read_bytes: n.spec_read_bytes - b.spec_read_bytes,
+                    experts: n.spec_experts - b.spec_experts,
+                    useful: n.spec_useful - b.spec_useful,
+                }),
             });
         }
         if self.streaming {

@@ -173,6 +173,11 @@ impl<'m> Engine<'m> {
         }
     }
 
+    /// `--prefetch K` is on (the `moe-prefetch:` line and the trailer's `spec_*` keys).
+    fn prefetch_on(&self) -> bool {
+        self.streaming && self.cfg.stream.is_some_and(|s| s.prefetch > 0)
+    }
+
     fn cache_on(&self) -> bool {
         self.streaming && self.resolved.cache_mb > 0
     }

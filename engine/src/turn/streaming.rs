@@ -70,6 +70,7 @@ pub(super) fn start_streaming(
     let n_expert = layout.n_expert;
     let (mut streamer, setup) = Streamer::start(layout, &facts.index, settings, abort)?;
     streamer.set_consumers(&consumers);
+    streamer.set_prefetch(sc.prefetch, top_k);
     for w in &setup.warnings {
         let _ = writeln!(note, "bmoe: warning: {w}");
     }

@@ -1,0 +1,99 @@
+//! Temporal speculation (`--prefetch K`): after a layer's load, the previous token's routing of
+//! the next `K` layers is read ahead into the cache's cold end, so a right guess is a hit and a
+//! wrong one is the first thing evicted. The reads run on the eval thread right after the real
+//! ones (the `--prefetch-sync` form; the serial path has no idle lane to hand them to), so a real
+//! read never waits behind a speculative one.
+
+use super::Streamer;
+use super::cache::EntryId;
+use crate::graph::temporal::TemporalPredictor;
+use std::time::Instant;
+
+/// `--prefetch K` state on the streamer.
+pub(super) struct Speculation {
+    /// The previous token's routing per layer.
+    pub predictor: TemporalPredictor,
+    /// Experts each token routes to (the router's `n_expert_used`).
+    pub n_used: usize,
+}
+
+impl Streamer {
+    /// Turns on `--prefetch depth` (0 = off): `n_used` is the experts one token routes to.
+    pub fn set_prefetch(&mut self, depth: usize, n_used: usize) {
+        self.spec = (depth > 0 && n_used > 0).then(|| Speculation {
+            predictor: TemporalPredictor::new(
+                self.layout.layers.len(),
+                self.layout.n_expert,
+                depth,
+            ),
+            n_used,
+        });
+    }
+
+    /// After layer `layer`'s load of `ids`: reads ahead what the previous token routed at the
+    /// next K layers (not resident), then records this load's routing for the next token. A
+    /// failed speculative read is forgotten, never an error: the real load reads it again.
+    pub(super) fn speculate(&mut self, layer: usize, ids: &[i32]) {
+        let Some(spec) = self.spec.as_mut() else {
+            return;
+        };
+        let cache = &self.cache;
+        let wanted = spec
+            .predictor
+            .candidates(layer, |id| cache.is_resident(id) || cache.is_in_flight(id));
+        let n_used = spec.n_used;
+        spec.predictor.record(layer, ids, n_used);
+        // per layer, the entries this round reads (candidates come nearest layer first)
+        let mut by_layer: Vec<(usize, Vec<usize>)> = Vec::new();
+        for id in wanted {
+            if !self.cache.insert_speculative(id) {
+                continue;
+            }
+            match by_layer.last_mut() {
+                Some((l, v)) if *l == id.layer => v.push(id.expert),
+                _ => by_layer.push((id.layer, vec![id.expert])),
+            }
+        }
+        for (il, experts) in by_layer {
+            let (jobs, served) = self.plan_reads(il, &experts);
+            // the io log's entries of this load include its speculative reads (trace stamping)
+            self.load_reads += jobs.len();
+            let log_from = self.io_log.as_ref().map_or(0, Vec::len);
+            let (result, _) = self.read(il, jobs, &served, Instant::now());
+            if let Some(log) = self.io_log.as_mut() {
+                log.iter_mut().skip(log_from).for_each(|r| r.spec = true);
+            }
+            match result {
+                Ok(bytes) => {
+                    // flash traffic counts the aligned windows; spec_read counts slice bytes
+                    self.stats.read_bytes += bytes;
+                    self.stats.spec_read_bytes += self.slice_bytes(il) * experts.len() as u64;
+                    for &e in &experts {
+                        self.cache.complete_speculative(EntryId {
+                            layer: il,
+                            expert: e,
+                        });
+                    }
+                }
+                Err(_) => {
+                    for &e in &experts {
+                        self.cache.cancel_speculative(EntryId {
+                            layer: il,
+                            expert: e,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Streamer {
+    /// One expert's slice bytes over every tensor of `layer` (unaligned).
+    fn slice_bytes(&self, layer: usize) -> u64 {
+        match self.layout.layers.get(layer) {
+            Some(Some(l)) => l.tensors.iter().map(|t| t.stride as u64).sum(),
+            _ => 0,
+        }
+    }
+}
