@@ -11,5 +11,4 @@ pub mod replay;
 pub mod routes;
 pub mod span;
 pub mod steer;
-pub mod temporal;
 pub mod timing;

@@ -378,89 +378,94 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
         );
     }
     if let Some(st) = &s.stream {
-        let read_mib = st.read_bytes as f64 / MIB;
-        let io_s = st.io_s / n;
-        let mgmt_s = s.mgmt_s() / n;
-        let stall = st.stall_s.map(|x| x / n);
+        stream_lines(s, st, n, s_tok, &mut out);
+    }
+    out
+}
+
+/// The streaming lines: `moe-stream:`, the cache and churn, prefetch, drop, overlap and waits.
+fn stream_lines(s: &RunSummary, st: &StreamSummary, n: f64, s_tok: f64, out: &mut Vec<String>) {
+    let read_mib = st.read_bytes as f64 / MIB;
+    let io_s = st.io_s / n;
+    let mgmt_s = s.mgmt_s() / n;
+    let stall = st.stall_s.map(|x| x / n);
+    out.push(
+        MoeStream {
+            read_mib,
+            mib_per_token: read_mib / n,
+            decode_s_per_token: s_tok,
+            compute_s: (s_tok - st.flash_wait_s() / n - mgmt_s).max(0.0),
+            mgmt_s: Some(mgmt_s),
+            io_s,
+            mib_per_s: per_second(read_mib, st.io_s),
+            stall_s_per_token: stall,
+        }
+        .to_string(),
+    );
+    if st.cache_hit_pct >= 0.0 {
         out.push(
-            MoeStream {
-                read_mib,
-                mib_per_token: read_mib / n,
-                decode_s_per_token: s_tok,
-                compute_s: (s_tok - st.flash_wait_s() / n - mgmt_s).max(0.0),
-                mgmt_s: Some(mgmt_s),
-                io_s,
-                mib_per_s: per_second(read_mib, st.io_s),
-                stall_s_per_token: stall,
+            MoeCache {
+                hit_pct: st.cache_hit_pct,
+                resident_mib: st.resident_bytes as f64 / MIB,
+                budget_mib: st.auto_budget_mib.map(|b| b as f64),
+                budget_note: st.auto_budget_mib.map(|_| "auto".to_string()),
             }
             .to_string(),
         );
-        if st.cache_hit_pct >= 0.0 {
+        if st.evictions > 0 || st.rereads > 0 {
             out.push(
-                MoeCache {
-                    hit_pct: st.cache_hit_pct,
-                    resident_mib: st.resident_bytes as f64 / MIB,
-                    budget_mib: st.auto_budget_mib.map(|b| b as f64),
-                    budget_note: st.auto_budget_mib.map(|_| "auto".to_string()),
+                MoeChurn {
+                    evictions: st.evictions,
+                    rereads: st.rereads,
+                    rereads_per_token: st.rereads as f64 / n,
                 }
                 .to_string(),
             );
-            if st.evictions > 0 || st.rereads > 0 {
-                out.push(
-                    MoeChurn {
-                        evictions: st.evictions,
-                        rereads: st.rereads,
-                        rereads_per_token: st.rereads as f64 / n,
-                    }
-                    .to_string(),
-                );
-            }
-        }
-        if let Some(sp) = st.spec {
-            out.push(
-                MoePrefetch {
-                    mib: sp.read_bytes as f64 / MIB,
-                    useful: sp.useful,
-                    prefetched: sp.experts,
-                    pct: if sp.experts > 0 {
-                        100.0 * sp.useful as f64 / sp.experts as f64
-                    } else {
-                        0.0
-                    },
-                    tag: None,
-                }
-                .to_string(),
-            );
-        }
-        if let Some(r) = s.routing.filter(|r| r.drop_frac > 0.0) {
-            out.push(
-                MoeDrop {
-                    dropped: r.dropped,
-                    routed: r.routed,
-                    pct: if r.routed > 0 {
-                        100.0 * r.dropped as f64 / r.routed as f64
-                    } else {
-                        0.0
-                    },
-                    threshold: r.drop_frac,
-                }
-                .to_string(),
-            );
-        }
-        if let Some(stall_s_per_token) = stall {
-            out.push(MoeOverlap { stall_s_per_token }.to_string());
-            if st.drain_s / n >= 0.0005 {
-                out.push(
-                    MoeWaits {
-                        drain_s_per_token: st.drain_s / n,
-                        adopt_s_per_token: 0.0,
-                    }
-                    .to_string(),
-                );
-            }
         }
     }
-    out
+    if let Some(sp) = st.spec {
+        out.push(
+            MoePrefetch {
+                mib: sp.read_bytes as f64 / MIB,
+                useful: sp.useful,
+                prefetched: sp.experts,
+                pct: if sp.experts > 0 {
+                    100.0 * sp.useful as f64 / sp.experts as f64
+                } else {
+                    0.0
+                },
+                tag: None,
+            }
+            .to_string(),
+        );
+    }
+    if let Some(r) = s.routing.filter(|r| r.drop_frac > 0.0) {
+        out.push(
+            MoeDrop {
+                dropped: r.dropped,
+                routed: r.routed,
+                pct: if r.routed > 0 {
+                    100.0 * r.dropped as f64 / r.routed as f64
+                } else {
+                    0.0
+                },
+                threshold: r.drop_frac,
+            }
+            .to_string(),
+        );
+    }
+    if let Some(stall_s_per_token) = stall {
+        out.push(MoeOverlap { stall_s_per_token }.to_string());
+        if st.drain_s / n >= 0.0005 {
+            out.push(
+                MoeWaits {
+                    drain_s_per_token: st.drain_s / n,
+                    adopt_s_per_token: 0.0,
+                }
+                .to_string(),
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod prefill;
 pub mod recycle;
 mod speculate;
 mod start;
+pub mod temporal;
 
 use cache::ExpertCache;
 use io::{Lanes, ReadError};

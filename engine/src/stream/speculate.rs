@@ -6,7 +6,7 @@
 
 use super::Streamer;
 use super::cache::EntryId;
-use crate::graph::temporal::TemporalPredictor;
+use crate::stream::temporal::TemporalPredictor;
 use std::time::Instant;
 
 /// `--prefetch K` state on the streamer.
