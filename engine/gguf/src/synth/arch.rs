@@ -151,6 +151,27 @@ pub(super) fn inv_sqrt(n: u64) -> f32 {
 }
 
 /// Build metadata and the tensor plan for `o`.
+/// The keys every synthesised file opens with, in this order: identity, quantisation, context,
+/// width and depth (each builder appends its architecture's own keys after them).
+pub(super) fn leading_keys(a: &str, o: &SynthOptions) -> Metadata {
+    let kv = |k: &str| format!("{a}.{k}");
+    vec![
+        ("general.architecture".into(), MetaValue::String(a.into())),
+        (
+            "general.name".into(),
+            MetaValue::String(format!("bmoe synthetic {a}")),
+        ),
+        (
+            "general.file_type".into(),
+            MetaValue::U32(file_type(o.expert_type)),
+        ),
+        ("general.quantization_version".into(), MetaValue::U32(2)),
+        (kv("context_length"), MetaValue::U32(o.n_ctx)),
+        (kv("embedding_length"), MetaValue::U32(o.n_embd as u32)),
+        (kv("block_count"), MetaValue::U32(o.n_layer)),
+    ]
+}
+
 pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> {
     if o.arch == Arch::Lfm2Moe {
         return super::lfm2moe::build(o);
@@ -175,20 +196,8 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
     let nv = vocab.len();
 
     let kv = |k: &str| format!("{a}.{k}");
-    let mut md: Vec<(String, MetaValue)> = vec![
-        ("general.architecture".into(), MetaValue::String(a.into())),
-        (
-            "general.name".into(),
-            MetaValue::String(format!("bmoe synthetic {a}")),
-        ),
-        (
-            "general.file_type".into(),
-            MetaValue::U32(file_type(o.expert_type)),
-        ),
-        ("general.quantization_version".into(), MetaValue::U32(2)),
-        (kv("context_length"), MetaValue::U32(o.n_ctx)),
-        (kv("embedding_length"), MetaValue::U32(e as u32)),
-        (kv("block_count"), MetaValue::U32(o.n_layer)),
+    let mut md = leading_keys(a, o);
+    md.extend([
         (
             kv("feed_forward_length"),
             // gemma4's dense MLP width; the others only use it as a fallback for the expert FF.
@@ -218,7 +227,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         (kv("expert_count"), MetaValue::U32(o.n_expert)),
         (kv("expert_used_count"), MetaValue::U32(o.n_expert_used)),
         (kv("expert_feed_forward_length"), MetaValue::U32(ff as u32)),
-    ];
+    ]);
     match o.arch {
         Arch::Qwen2Moe => md.push((
             kv("expert_shared_feed_forward_length"),

@@ -4,7 +4,7 @@
 //! the conv layers), the first layers have a dense MLP, the rest routed experts with sigmoid
 //! gating and an expert-selection bias (`exp_probs_b`).
 
-use super::arch::{Builder, Metadata, file_type, inv_sqrt};
+use super::arch::{Builder, Metadata, inv_sqrt, leading_keys};
 use super::init::Init;
 use super::tokenizer::Vocab;
 use super::{PlannedTensor, SynthOptions};
@@ -57,20 +57,8 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
             0
         }
     });
-    let mut md: Metadata = vec![
-        ("general.architecture".into(), MetaValue::String(a.into())),
-        (
-            "general.name".into(),
-            MetaValue::String(format!("bmoe synthetic {a}")),
-        ),
-        (
-            "general.file_type".into(),
-            MetaValue::U32(file_type(o.expert_type)),
-        ),
-        ("general.quantization_version".into(), MetaValue::U32(2)),
-        (kv("context_length"), MetaValue::U32(o.n_ctx)),
-        (kv("embedding_length"), MetaValue::U32(e as u32)),
-        (kv("block_count"), MetaValue::U32(o.n_layer)),
+    let mut md = leading_keys(a, o);
+    md.extend([
         // the dense leading layers' MLP width
         (
             kv("feed_forward_length"),
@@ -89,7 +77,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         (kv("expert_used_count"), MetaValue::U32(o.n_expert_used)),
         (kv("expert_feed_forward_length"), MetaValue::U32(ff as u32)),
         (kv("expert_gating_func"), MetaValue::U32(GATING_SIGMOID)),
-    ];
+    ]);
     md.extend(vocab.metadata());
     md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
     md.push((

@@ -4,7 +4,7 @@
 //! fourth a gated full attention layer (q carries its gate: 2 × heads × head dim); every layer
 //! has routed experts plus a dense shared expert with a sigmoid gate. No MTP head is written.
 
-use super::arch::{Builder, Metadata, file_type, inv_sqrt};
+use super::arch::{Builder, Metadata, inv_sqrt, leading_keys};
 use super::init::Init;
 use super::tokenizer::Vocab;
 use super::{PlannedTensor, SynthOptions};
@@ -64,20 +64,8 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
     let vocab = Vocab::new(o.vocab_extra);
     let nv = vocab.len();
     let kv = |k: &str| format!("{a}.{k}");
-    let mut md: Metadata = vec![
-        ("general.architecture".into(), MetaValue::String(a.into())),
-        (
-            "general.name".into(),
-            MetaValue::String(format!("bmoe synthetic {a}")),
-        ),
-        (
-            "general.file_type".into(),
-            MetaValue::U32(file_type(o.expert_type)),
-        ),
-        ("general.quantization_version".into(), MetaValue::U32(2)),
-        (kv("context_length"), MetaValue::U32(o.n_ctx)),
-        (kv("embedding_length"), MetaValue::U32(e as u32)),
-        (kv("block_count"), MetaValue::U32(o.n_layer)),
+    let mut md = leading_keys(a, o);
+    md.extend([
         (
             kv("feed_forward_length"),
             MetaValue::U32((ff * u64::from(o.n_expert_used)).min(u64::from(u32::MAX)) as u32),
@@ -112,7 +100,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
             kv("full_attention_interval"),
             MetaValue::U32(FULL_ATTN_INTERVAL),
         ),
-    ];
+    ]);
     md.extend(vocab.metadata());
     md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
     md.push((
