@@ -3,6 +3,7 @@
 //!
 //! Reading memory-maps the file(s); files must not be modified while open.
 
+pub mod edit;
 pub mod error;
 pub mod ggml_type;
 pub mod info;

@@ -5,26 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use bmoe_engine::internals::{Model, ModelOptions};
+use bmoe_gguf::edit::write_edited;
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
-use bmoe_gguf::writer::{TensorFill, write_gguf};
 use bmoe_gguf::{GgmlType, GgufModel, MetaArray, MetaValue, TensorSpec, ValueType, validate};
-
-struct CopyFill<'a> {
-    model: &'a GgufModel,
-    names: Vec<String>,
-}
-
-impl TensorFill for CopyFill<'_> {
-    fn fill(&mut self, tensor: usize, offset: u64, out: &mut [u8]) {
-        let src = self
-            .model
-            .tensor(&self.names[tensor])
-            .map_or(&[][..], |t| self.model.tensor_data(t));
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = src.get(offset as usize + i).copied().unwrap_or(0);
-        }
-    }
-}
 
 type Md = Vec<(String, MetaValue)>;
 /// An edit of a file's metadata and tensor specs.
@@ -42,20 +25,8 @@ fn preset(dir: &Path, p: Preset) -> PathBuf {
 /// `base` rewritten with its metadata / tensor specs edited.
 fn edited(base: &Path, name: &str, f: EditFn<'_>) -> PathBuf {
     let model = GgufModel::open(base).expect("open");
-    let mut md = model.metadata().to_vec();
-    let mut specs: Vec<TensorSpec> = model
-        .tensors()
-        .iter()
-        .map(|t| TensorSpec::new(t.info.name.clone(), t.info.ggml_type, &t.info.dims))
-        .collect();
-    f(&mut md, &mut specs);
     let path = base.with_file_name(format!("{name}.gguf"));
-    let names = specs.iter().map(|s| s.name.clone()).collect();
-    let mut fill = CopyFill {
-        model: &model,
-        names,
-    };
-    write_gguf(&path, &md, &specs, 4096, 1, &mut fill).expect("write");
+    write_edited(&model, &path, f).expect("write");
     path
 }
 

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bmoe_gguf::edit::write_edited;
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
-use bmoe_gguf::writer::{TensorFill, write_gguf};
 use bmoe_gguf::{GgufModel, MetaArray, MetaValue, TensorSpec, ValueType, parse_header};
 
 use crate::sweep_common::bmoe_cli;
@@ -27,25 +27,6 @@ struct Case {
     name: String,
     path: PathBuf,
     session: bool,
-}
-
-/// Copies each tensor's bytes from the source model's tensor of the same name, zero-padding or
-/// cutting when an edit changed its size (zeros for a tensor the edit added).
-struct CopyFill<'a> {
-    model: &'a GgufModel,
-    names: Vec<String>,
-}
-
-impl TensorFill for CopyFill<'_> {
-    fn fill(&mut self, tensor: usize, offset: u64, out: &mut [u8]) {
-        let src = self
-            .model
-            .tensor(&self.names[tensor])
-            .map_or(&[][..], |t| self.model.tensor_data(t));
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = src.get(offset as usize + i).copied().unwrap_or(0);
-        }
-    }
 }
 
 struct Gen {
@@ -78,21 +59,8 @@ impl Gen {
         f: impl FnOnce(&mut Vec<(String, MetaValue)>, &mut Vec<TensorSpec>),
     ) {
         let model = GgufModel::open(&self.base).unwrap();
-        let mut md = model.metadata().to_vec();
-        let mut specs: Vec<TensorSpec> = model
-            .tensors()
-            .iter()
-            .map(|t| TensorSpec::new(t.info.name.clone(), t.info.ggml_type, &t.info.dims))
-            .collect();
-        f(&mut md, &mut specs);
         let (name, path) = self.next_path(name);
-        let alignment = model.shards()[0].header().alignment;
-        let names = specs.iter().map(|s| s.name.clone()).collect();
-        let mut fill = CopyFill {
-            model: &model,
-            names,
-        };
-        write_gguf(&path, &md, &specs, alignment, 1, &mut fill).unwrap();
+        write_edited(&model, &path, f).unwrap();
         self.push(name, path, true);
     }
 

@@ -4,26 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use bmoe_gguf::edit::write_edited;
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
-use bmoe_gguf::writer::{TensorFill, write_gguf};
 use bmoe_gguf::{GgufError, GgufModel, MetaArray, MetaValue, TensorSpec, ValueType, validate};
-
-struct CopyFill<'a> {
-    model: &'a GgufModel,
-    names: Vec<String>,
-}
-
-impl TensorFill for CopyFill<'_> {
-    fn fill(&mut self, tensor: usize, offset: u64, out: &mut [u8]) {
-        let src = self
-            .model
-            .tensor(&self.names[tensor])
-            .map_or(&[][..], |t| self.model.tensor_data(t));
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = src.get(offset as usize + i).copied().unwrap_or(0);
-        }
-    }
-}
 
 fn tiny(dir: &Path) -> PathBuf {
     let p = dir.join("tiny.gguf");
@@ -41,20 +24,8 @@ fn edited(
     f: impl FnOnce(&mut Vec<(String, MetaValue)>, &mut Vec<TensorSpec>),
 ) -> String {
     let model = GgufModel::open(base).unwrap();
-    let mut md = model.metadata().to_vec();
-    let mut specs: Vec<TensorSpec> = model
-        .tensors()
-        .iter()
-        .map(|t| TensorSpec::new(t.info.name.clone(), t.info.ggml_type, &t.info.dims))
-        .collect();
-    f(&mut md, &mut specs);
     let path = base.with_file_name(format!("{name}.gguf"));
-    let names = specs.iter().map(|s| s.name.clone()).collect();
-    let mut fill = CopyFill {
-        model: &model,
-        names,
-    };
-    write_gguf(&path, &md, &specs, 4096, 1, &mut fill).unwrap();
+    write_edited(&model, &path, f).unwrap();
     let m = GgufModel::open(&path).unwrap();
     let e = validate(&m).unwrap_err();
     assert!(
@@ -681,12 +652,5 @@ fn gemma4_keys_its_loader_refuses_are_errors_naming_the_key() {
 
 /// `model`'s tensors (data copied) under metadata `md`, written to `path`.
 fn rewrite(model: &GgufModel, path: &Path, md: Vec<(String, MetaValue)>) {
-    let specs: Vec<TensorSpec> = model
-        .tensors()
-        .iter()
-        .map(|t| TensorSpec::new(t.info.name.clone(), t.info.ggml_type, &t.info.dims))
-        .collect();
-    let names = specs.iter().map(|s| s.name.clone()).collect();
-    let mut fill = CopyFill { model, names };
-    write_gguf(path, &md, &specs, 4096, 1, &mut fill).unwrap();
+    write_edited(model, path, |m, _| *m = md).unwrap();
 }
