@@ -179,7 +179,11 @@ pub fn strftime(clock: Clock, fmt: &str) -> Result<String, String> {
         let Some(d) = chars.next() else {
             return Err(format!("strftime_now({fmt:?}): a lone % at the end"));
         };
-        let hour12 = if c.hour.is_multiple_of(12) { 12 } else { c.hour % 12 };
+        let hour12 = if c.hour.is_multiple_of(12) {
+            12
+        } else {
+            c.hour % 12
+        };
         let piece = match d {
             'Y' => c.year.to_string(),
             'y' => format!("{:02}", c.year.rem_euclid(100)),
