@@ -35,7 +35,8 @@ pub fn environment(clock: Clock) -> Environment<'static> {
     let mut env = Environment::new();
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", move |fmt: String| {
-        strftime(clock, &fmt).map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e))
+        strftime(clock, &fmt)
+            .map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))
     });
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env
@@ -163,9 +164,31 @@ fn civil(clock: Clock) -> Civil {
     }
 }
 
+/// A `strftime_now` format this module cannot honour.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StrftimeError {
+    /// The format ends with a `%` that starts no directive.
+    #[error("strftime_now({fmt:?}): a lone % at the end")]
+    LonePercent {
+        /// The format.
+        fmt: String,
+    },
+    /// A directive outside the supported set.
+    #[error("strftime_now({fmt:?}): the directive %{directive} is not supported")]
+    Unsupported {
+        /// The format.
+        fmt: String,
+        /// The directive's letter.
+        directive: char,
+    },
+}
+
 /// Python's `time.strftime(fmt)` at `clock`, UTC, for the directives chat templates use
-/// (`%Y %y %m %d %e %j %H %I %M %S %p %B %b %A %a %%`); any other is an error naming it.
-pub fn strftime(clock: Clock, fmt: &str) -> Result<String, String> {
+/// (`%Y %y %m %d %e %j %H %I %M %S %p %B %b %A %a %%`).
+///
+/// # Errors
+/// [`StrftimeError`] for any other directive, or a trailing `%`.
+pub fn strftime(clock: Clock, fmt: &str) -> Result<String, StrftimeError> {
     let c = civil(clock);
     let month = MONTHS[(c.month - 1) as usize];
     let weekday = WEEKDAYS[c.weekday as usize];
@@ -177,7 +200,7 @@ pub fn strftime(clock: Clock, fmt: &str) -> Result<String, String> {
             continue;
         }
         let Some(d) = chars.next() else {
-            return Err(format!("strftime_now({fmt:?}): a lone % at the end"));
+            return Err(StrftimeError::LonePercent { fmt: fmt.into() });
         };
         let hour12 = if c.hour.is_multiple_of(12) {
             12
@@ -201,10 +224,11 @@ pub fn strftime(clock: Clock, fmt: &str) -> Result<String, String> {
             'A' => weekday.to_string(),
             'a' => weekday[..3].to_string(),
             '%' => "%".to_string(),
-            other => {
-                return Err(format!(
-                    "strftime_now({fmt:?}): the directive %{other} is not supported"
-                ));
+            directive => {
+                return Err(StrftimeError::Unsupported {
+                    fmt: fmt.into(),
+                    directive,
+                });
             }
         };
         out.push_str(&piece);
@@ -246,7 +270,7 @@ mod tests {
             strftime(Clock(951_782_400), "%Y-%m-%d %j").unwrap(),
             "2000-02-29 060"
         );
-        assert!(strftime(t, "%Q").unwrap_err().contains("%Q"));
+        assert!(strftime(t, "%Q").unwrap_err().to_string().contains("%Q"));
         assert!(strftime(t, "100%").is_err());
     }
 

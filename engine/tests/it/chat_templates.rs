@@ -263,3 +263,31 @@ fn lfm2_template_has_nothing_to_suppress() {
         off_prompt_tail: "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
     });
 }
+
+#[test]
+fn a_template_that_cannot_render_fails_the_load_with_its_own_words() {
+    // as real templates do when handed a chat they do not accept
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let model = model_with(
+        dir.path(),
+        "raising",
+        "{{ raise_exception('This model needs a system message.') }}",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
+        .arg("-m")
+        .arg(&model)
+        .args(["-t", "2", "--chatml", "-p", PROMPT, "-n", "4"])
+        .output()
+        .expect("run bmoe-cli");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("chat template failed")
+            && stderr.contains("one-message chat")
+            && stderr.contains("This model needs a system message."),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint:"), "{stderr}");
+    // nothing was generated, and no summary pretends otherwise
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("generation:"));
+}
