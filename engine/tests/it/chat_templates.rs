@@ -86,36 +86,65 @@ fn cli(model: &Path, args: &[&str], stdin: &str) -> String {
     String::from_utf8(out.stdout).expect("stdout is UTF-8")
 }
 
-/// A one-generation session on `model` forced to `forced`: `(think_ctl, BMOE_DONE)`.
-fn session_turn(model: &Path, think: bool, forced: &str) -> (String, Done) {
-    let request = format!(
-        r#"{{"cmd":"generate","id":1,"prompt":"{PROMPT}","n_predict":400,"think":{think}}}"#
+/// A session on `model` forced to `forced`, one `generate` per entry of `turns` (`think`; every
+/// turn after the first continues the chat): `(think_ctl, the BMOE_DONEs)`.
+fn session(model: &Path, turns: &[bool], forced: &str) -> (String, Vec<Done>) {
+    let requests: Vec<String> = turns
+        .iter()
+        .enumerate()
+        .map(|(i, think)| {
+            format!(
+                r#"{{"cmd":"generate","id":{i},"prompt":"{PROMPT}","n_predict":400,"think":{think},"clear_kv":{}}}"#,
+                i == 0
+            )
+        })
+        .collect();
+    let stdout = cli(
+        model,
+        &["--session", "--test-force-text", forced],
+        &requests.join("\n"),
     );
-    let stdout = cli(model, &["--session", "--test-force-text", forced], &request);
-    let (mut ctl, mut done) = (None, None);
+    let (mut ctl, mut done) = (None, Vec::new());
     for line in stdout.lines() {
         match parse_line(line) {
             LineKind::Record(Record::Ready(r)) => ctl = Some(r.think_ctl.as_str().to_string()),
-            LineKind::Record(Record::Done(d)) => done = Some(*d),
+            LineKind::Record(Record::Done(d)) => done.push(*d),
             LineKind::Malformed { tag, reason } => panic!("malformed BMOE_{tag}: {reason}"),
             _ => {}
         }
     }
-    (ctl.expect("BMOE_READY"), done.expect("BMOE_DONE"))
+    assert_eq!(done.len(), turns.len(), "{stdout}");
+    (ctl.expect("BMOE_READY"), done)
 }
 
 fn check(case: &Case) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let model = model_with(dir.path(), case.name, case.template);
     for (think, s) in [(true, &case.on), (false, &case.off)] {
-        let (ctl, done) = session_turn(&model, think, s.forced);
+        // two turns: the second renders the first (its reasoning handed back) into the history
+        let (ctl, done) = session(&model, &[think, think], s.forced);
         assert_eq!(ctl, case.think_ctl, "{}: think_ctl", case.name);
-        assert!(!done.cancelled);
-        assert_eq!(
-            (done.reasoning.as_str(), done.text.as_str()),
-            (s.reasoning, s.answer),
-            "{}: think={think}",
-            case.name
+        for d in &done {
+            assert!(!d.cancelled);
+            assert_eq!(
+                (d.reasoning.as_str(), d.text.as_str()),
+                (s.reasoning, s.answer),
+                "{}: think={think}",
+                case.name
+            );
+        }
+        // the continued chat reused a KV prefix (the first prompt's head at least) and never
+        // more than the first turn left
+        let reused = done[1].n_past - done[1].tokens - done[1].n_prompt;
+        assert!(
+            reused > 0 && reused <= done[0].n_past,
+            "{}: think={think}: reused {reused} of {}",
+            case.name,
+            done[0].n_past
+        );
+        eprintln!(
+            "{} think={think}: turn 2 reused {reused} of turn 1's {} KV tokens",
+            case.name, done[0].n_past
         );
     }
     // a one-shot run prints the rendered prompt, then the generation as it comes
