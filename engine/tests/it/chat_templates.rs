@@ -319,4 +319,27 @@ fn a_template_that_cannot_render_fails_the_load_with_its_own_words() {
     assert!(stderr.contains("hint:"), "{stderr}");
     // nothing was generated, and no summary pretends otherwise
     assert!(!String::from_utf8_lossy(&out.stdout).contains("generation:"));
+    // a session says so on the wire, fatally, before any BMOE_READY
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
+        .arg("-m")
+        .arg(&model)
+        .args(["-t", "2", "--chatml", "--session"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bmoe-cli");
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let errors: Vec<_> = stdout
+        .lines()
+        .filter_map(|l| match parse_line(l) {
+            LineKind::Record(Record::Error(e)) => Some(e),
+            LineKind::Record(Record::Ready(_)) => panic!("READY on a template that cannot render"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 1, "{stdout}");
+    assert!(
+        errors[0].fatal && errors[0].msg.contains("one-message chat"),
+        "{stdout}"
+    );
 }
