@@ -24,6 +24,12 @@ pub(super) const KNOWN_TAGS: &[ThinkTags] = &[
         open: "<|START_THINKING|>",
         close: "<|END_THINKING|>",
     },
+    // Gemma 4: the reasoning is a `thought` channel, `<|channel>thought\n…<channel|>`; the
+    // channel's name is part of the opening marker so it stays out of the reasoning text
+    ThinkTags {
+        open: "<|channel>thought",
+        close: "<channel|>",
+    },
 ];
 
 /// Splits the generation so far into `(reasoning, answer)`.

@@ -7,6 +7,9 @@
 //! shown as answer into reasoning is expressed by the wire's `reset:1` snapshot
 //! (`bmoe_telemetry::deltas::DeltaEncoder` decides that), not by this module.
 
+#[cfg(test)]
+mod fixtures;
+pub mod jinja;
 pub mod markers;
 pub mod reasoning;
 pub mod template;

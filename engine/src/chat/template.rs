@@ -2,9 +2,10 @@
 //! rendering turns, deciding how `think=false` is honoured (`think_ctl`), and which think
 //! markers or channels the template declares.
 
+use super::jinja::{self, Clock};
 use super::markers::{KNOWN_TAGS, ThinkTags};
 use super::reasoning::{self, ChannelSplitter, SplitMode};
-use minijinja::{Environment, Error as JinjaError, ErrorKind, context};
+use minijinja::{Environment, Error as JinjaError, context};
 
 /// A chat-template failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -135,18 +136,18 @@ pub struct RenderedTurn {
     pub prefilled: bool,
 }
 
-/// A model's chat template, checked to parse.
+/// A model's chat template, checked to parse and to render a one-message chat.
 #[derive(Debug, Clone)]
 pub struct ChatTemplate {
+    /// The template as minijinja parses it ([`jinja::normalise`]d).
     source: String,
     bos: String,
     eos: String,
     tags: Option<ThinkTags>,
     channels: bool,
-}
-
-fn raise_exception(msg: String) -> Result<String, JinjaError> {
-    Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+    /// What `strftime_now` formats: one instant for every render of this template.
+    clock: Clock,
+    ctl: ThinkCtl,
 }
 
 fn template_error(e: &JinjaError) -> ChatError {
@@ -161,13 +162,24 @@ fn template_error(e: &JinjaError) -> ChatError {
 
 impl ChatTemplate {
     /// Wraps `source` (the GGUF's `tokenizer.chat_template`); `bos`/`eos` are the vocabulary's
-    /// token texts, which templates may reference as `bos_token`/`eos_token`.
+    /// token texts, which templates may reference as `bos_token`/`eos_token`. Decides
+    /// [`Self::think_ctl`] on the spot, by rendering.
     ///
     /// # Errors
-    /// [`ChatError::Template`] when the template does not parse.
+    /// [`ChatError::Template`] when the template does not parse, or cannot render the simplest
+    /// chat there is (one user message, thinking on and off): then no turn could be rendered, and
+    /// no `think_ctl` would mean anything.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<Self, ChatError> {
+        Self::with_clock(source, bos, eos, Clock::now())
+    }
+
+    /// [`Self::new`], with `strftime_now` formatting `clock` rather than the time of the call.
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn with_clock(source: &str, bos: &str, eos: &str, clock: Clock) -> Result<Self, ChatError> {
         let t = Self {
-            source: source.to_string(),
+            source: jinja::normalise(source),
             bos: bos.to_string(),
             eos: eos.to_string(),
             tags: KNOWN_TAGS
@@ -175,14 +187,18 @@ impl ChatTemplate {
                 .copied()
                 .find(|t| source.contains(t.open) && source.contains(t.close)),
             channels: false,
+            clock,
+            ctl: ThinkCtl::Template,
         };
         t.env()
             .template_from_str(&t.source)
             .map_err(|e| template_error(&e))?;
-        Ok(Self {
+        let t = Self {
             channels: t.renders_channels(),
             ..t
-        })
+        };
+        let ctl = t.probe_think_ctl()?;
+        Ok(Self { ctl, ..t })
     }
 
     /// Whether the template is a channel format (harmony): an assistant message's answer is
@@ -209,10 +225,8 @@ impl ChatTemplate {
         self.channels
     }
 
-    fn env(&self) -> Environment<'_> {
-        let mut env = Environment::new();
-        env.add_function("raise_exception", raise_exception);
-        env
+    fn env(&self) -> Environment<'static> {
+        jinja::environment(self.clock)
     }
 
     /// The think markers the template declares (uses), if any.
@@ -315,6 +329,11 @@ impl ChatTemplate {
         })
     }
 
+    /// How `think=false` is honoured on this template (decided by [`Self::new`]).
+    pub fn think_ctl(&self) -> ThinkCtl {
+        self.ctl
+    }
+
     /// The seed's `think_ctl` probe (engine spec §4.3), decided from what the template renders:
     ///
     /// - `enable_thinking` changes the render → `template`;
@@ -324,23 +343,33 @@ impl ChatTemplate {
     ///   other than whitespace follows the last closing marker (the answer section is opened
     ///   structurally), else `none` — the model reasons past a span it owns. A template without
     ///   a span of its own gets `prefill` when the continuation differs (a channel-style
-    ///   format), else `template` (nothing to suppress);
-    /// - a render failure → `template` (nothing can be promised either way).
-    pub fn think_ctl(&self) -> ThinkCtl {
-        let (Ok(off), Ok(on)) = (self.render("hi", false), self.render("hi", true)) else {
-            return ThinkCtl::Template;
+    ///   format), else `template` (nothing to suppress). A template that cannot render a
+    ///   continued assistant message cannot be started past its reasoning: as if the
+    ///   continuation changed nothing.
+    ///
+    /// # Errors
+    /// The one-message render fails: that is the template's error, not a `think_ctl` (the seed
+    /// says `template` here, which would promise a toggle on a template that renders nothing).
+    fn probe_think_ctl(&self) -> Result<ThinkCtl, ChatError> {
+        let probe_error = |e: ChatError| match e {
+            ChatError::Template(m) => {
+                ChatError::Template(format!("rendering a one-message chat (\"hi\") failed: {m}"))
+            }
+            other => other,
         };
+        let off = self.render("hi", false).map_err(probe_error)?;
+        let on = self.render("hi", true).map_err(probe_error)?;
         if off != on {
-            return ThinkCtl::Template;
+            return Ok(ThinkCtl::Template);
         }
-        let Ok(prefilled) = self.render_prefilled(&[Message::user("hi")]) else {
-            return ThinkCtl::Template;
-        };
+        let prefilled = self.render_prefilled(&[Message::user("hi")]).ok();
         // trailing whitespace differs between a generation prompt and a continued message in
         // some templates without meaning anything
-        let differs = prefilled.trim_end() != off.trim_end();
-        match self.tags {
-            Some(t) => {
+        let differs = prefilled
+            .as_deref()
+            .is_some_and(|p| p.trim_end() != off.trim_end());
+        Ok(match (self.tags, prefilled) {
+            (Some(t), Some(prefilled)) => {
                 let after_close = prefilled
                     .rfind(t.close)
                     .map(|c| &prefilled[c + t.close.len()..]);
@@ -350,9 +379,10 @@ impl ChatTemplate {
                     ThinkCtl::None
                 }
             }
-            None if differs => ThinkCtl::Prefill,
-            None => ThinkCtl::Template,
-        }
+            (Some(_), None) => ThinkCtl::None,
+            (None, _) if differs => ThinkCtl::Prefill,
+            (None, _) => ThinkCtl::Template,
+        })
     }
 }
 
@@ -519,14 +549,26 @@ mod tests {
     fn broken_templates_are_errors_not_panics() {
         let e = ChatTemplate::new("{% for %}", "", "").unwrap_err();
         assert!(e.to_string().contains("chat template failed"));
-        let raising = ChatTemplate::new("{{ raise_exception('no system role') }}", "", "").unwrap();
-        assert!(
-            raising
-                .render("x", true)
-                .unwrap_err()
-                .to_string()
-                .contains("no system role")
-        );
+        // a template that cannot render one user message is refused when it is loaded, with
+        // its own words, rather than given a think_ctl
+        let raising = ChatTemplate::new("{{ raise_exception('no system role') }}", "", "")
+            .unwrap_err()
+            .to_string();
+        assert!(raising.contains("no system role"), "{raising}");
+        assert!(raising.contains("one-message chat"), "{raising}");
+        let unknown = ChatTemplate::new("{{ messages | frobnicate }}", "", "")
+            .unwrap_err()
+            .to_string();
+        assert!(unknown.contains("frobnicate"), "{unknown}");
+        // one that renders a user message but not a continued assistant one is still usable:
+        // it just cannot be started past its reasoning
+        let no_assistant = ChatTemplate::new(
+            "{% for m in messages %}{% if m.role == 'assistant' %}{{ raise_exception('no') }}{% endif %}<{{ m.content }}>{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(no_assistant.think_ctl(), ThinkCtl::Template);
         let plain = ChatTemplate::new("{{ messages[0].content }}", "", "").unwrap();
         assert_eq!(plain.think_tags(), None);
         assert_eq!(plain.think_ctl(), ThinkCtl::Template);

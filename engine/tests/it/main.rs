@@ -3,6 +3,7 @@
 
 mod arch_checks;
 mod architecture;
+mod chat_templates;
 mod cli_flags;
 mod cli_usage;
 mod decide;
