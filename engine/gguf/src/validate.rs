@@ -8,7 +8,8 @@
 //! expert-group relations, a known rope scaling type), the GGUF getters in
 //! src/llama-model-loader.cpp (a key must have exactly the type llama.cpp reads — u32 counts,
 //! f32 epsilons — and a per-layer array exactly `block_count` entries), the per-architecture
-//! graphs and loaders in src/models/*.cpp (qwen3moe/qwen2moe: head size = rope dims; gpt-oss
+//! graphs and loaders in src/models/*.cpp (qwen3moe/qwen2moe: head size = rope dims; deepseek4
+//! and bailingmoe3: their required keys, compress ratios, hyper-connection count and KDA gate; gpt-oss
 //! and gemma4: their required sliding-window keys, pattern arrays, head sizes and the shapes
 //! their loaders derive from the counts), and ggml's CPU ops
 //! (`rms_norm`: eps ≥ 0; `rope`: rope dims even and ≤ the head size). Tensor shapes are checked
@@ -62,8 +63,8 @@ const RMS_ARCHS: &[&str] = &[
 /// Architectures that refuse (or assert on) a model without routed experts.
 const MOE_ONLY: &[&str] = &["qwen3moe", "qwen2moe", "gpt-oss", "lfm2moe"];
 /// Architectures whose loader marks a layer recurrent (no attention) by KV heads = 0 in the
-/// per-layer `attention.head_count_kv` array (lfm2moe's shortconv layers).
-const KV0_RECURRENT: &[&str] = &["lfm2moe"];
+/// per-layer `attention.head_count_kv` array (lfm2moe's shortconv, bailingmoe3's KDA layers).
+const KV0_RECURRENT: &[&str] = &["lfm2moe", "bailingmoe3"];
 /// Architectures whose graph asserts head size K = head size V = rope dims, and whose attention
 /// projections are exactly `[n_embd, heads × head size]` (the archs `model synth` writes).
 const PLAIN_ATTENTION: &[&str] = &["qwen3moe", "qwen2moe"];
@@ -545,8 +546,184 @@ impl<'a> Checker<'a> {
                 }
                 Ok(())
             }
+            "deepseek4" => self.deepseek4_hparams(),
+            "bailingmoe3" => self.bailingmoe3_hparams(),
             _ => Ok(()),
         }
+    }
+
+    /// An f32 key llama.cpp reads as required.
+    fn f32_required(&self, key: &str) -> Result<f32> {
+        match self.model.get(key) {
+            None => Err(self.fail_key(key, "is missing".into())),
+            Some(MetaValue::F32(x)) if x.is_finite() => Ok(*x),
+            Some(v) => {
+                Err(self.fail_key(key, format!("is {v}, llama.cpp reads it as a finite f32")))
+            }
+        }
+    }
+
+    /// A bool key, if present: llama.cpp's getter refuses any other type.
+    fn bool_opt(&self, key: &str) -> Result<Option<bool>> {
+        match self.model.get(key) {
+            None => Ok(None),
+            Some(MetaValue::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.fail_key(key, format!("is {v}, llama.cpp reads it as a bool"))),
+        }
+    }
+
+    /// The keys the deepseek4 loader (src/models/deepseek4.cpp `load_arch_hparams` and
+    /// `load_arch_tensors`) reads as required, and the values it or its graph throws or
+    /// asserts on.
+    fn deepseek4_hparams(&self) -> Result<()> {
+        for k in [
+            "attention.q_lora_rank",
+            "attention.sliding_window",
+            "expert_shared_count",
+            "attention.indexer.head_count",
+            "attention.indexer.top_k",
+            "hyper_connection.sinkhorn_iterations",
+            "hash_layer_count",
+        ] {
+            self.u32_required(&self.key(k))?;
+        }
+        for k in [
+            "expert_weights_scale",
+            "attention.compress_rope_freq_base",
+            "hyper_connection.epsilon",
+        ] {
+            self.f32_required(&self.key(k))?;
+        }
+        let norm = self.key("expert_weights_norm");
+        if self.bool_opt(&norm)?.is_none() {
+            return Err(self.fail_key(&norm, "is missing".into()));
+        }
+        for k in ["expert_feed_forward_length", "swiglu_clamp_exp"] {
+            let key = self.key(k);
+            if self.model.get(&key).is_none() {
+                return Err(self.fail_key(&key, "is missing".into()));
+            }
+        }
+        // build_hc_pre: GGML_ASSERT(hc == 4)
+        let hc_key = self.key("hyper_connection.count");
+        let hc = self.u32_required(&hc_key)?;
+        if hc != 4 {
+            return Err(self.fail_key(&hc_key, format!("is {hc}; the deepseek4 graph needs 4")));
+        }
+        // "DeepSeek-V4 loader currently expects sqrtsoftplus MoE scoring"
+        let gating_key = self.key("expert_gating_func");
+        let gating = self.u32_required(&gating_key)?;
+        if gating != 4 {
+            return Err(self.fail_key(
+                &gating_key,
+                format!("is {gating}; deepseek4 needs 4 (sqrt-softplus scoring)"),
+            ));
+        }
+        let groups_key = self.key("attention.output_group_count");
+        let groups = self.u32_required(&groups_key)?;
+        self.u32_required(&self.key("attention.output_lora_rank"))?;
+        let heads = self.per_layer(&self.key("attention.head_count"))?;
+        let n_head = heads.and_then(|h| h.first().copied()).unwrap_or(0);
+        if groups == 0 || !n_head.is_multiple_of(groups) {
+            return Err(self.fail_key(
+                &groups_key,
+                format!("is {groups}; it must divide the {n_head} heads"),
+            ));
+        }
+        let idx_key = self.key("attention.indexer.key_length");
+        let idx = self.u32_required(&idx_key)?;
+        let rot = self
+            .u32_opt(&self.key("rope.dimension_count"))?
+            .unwrap_or(0);
+        if idx < rot {
+            return Err(self.fail_key(
+                &idx_key,
+                format!("is {idx}, below the {rot} rope dims the indexer rotates"),
+            ));
+        }
+        // the graph asserts K head = V head; the indexer cache's Hadamard rotation needs a
+        // multiple of 64, and one equal to the head size makes llama.cpp divide by zero
+        let default = u32::try_from(self.n_embd / u64::from(n_head.max(1))).unwrap_or(u32::MAX);
+        let klen_key = self.key("attention.key_length");
+        let vlen_key = self.key("attention.value_length");
+        let k = self.u32_opt(&klen_key)?.unwrap_or(default);
+        let v = self.u32_opt(&vlen_key)?.unwrap_or(default);
+        if k != v {
+            return Err(self.fail_key(
+                &vlen_key,
+                format!("is {v}; deepseek4 needs it equal to {klen_key} = {k}"),
+            ));
+        }
+        if idx % 64 != 0 || idx == k {
+            return Err(self.fail_key(
+                &idx_key,
+                format!("is {idx}; llama.cpp needs a multiple of 64 other than {klen_key} = {k}"),
+            ));
+        }
+        self.compress_ratios()
+    }
+
+    /// `attention.compress_ratios`: ≥ block_count entries ("DeepSeek-V4 compress_ratios is
+    /// shorter than block_count"), each 0, 4 or 128 ("only supports compression ratios 0, 4,
+    /// and 128").
+    fn compress_ratios(&self) -> Result<()> {
+        let key = self.key("attention.compress_ratios");
+        let Some(MetaValue::Array(a)) = self.model.get(&key) else {
+            return Err(self.fail_key(&key, "is missing or not an array".into()));
+        };
+        if a.values.len() < self.n_layer as usize || a.values.len() > MAX_LAYERS as usize {
+            return Err(self.fail_key(
+                &key,
+                format!(
+                    "has {} entries; it needs block_count = {} to {MAX_LAYERS}",
+                    a.values.len(),
+                    self.n_layer
+                ),
+            ));
+        }
+        for (il, v) in a.values.iter().enumerate() {
+            let ok = matches!(v, MetaValue::U32(0 | 4 | 128) | MetaValue::I32(0 | 4 | 128));
+            if !ok {
+                return Err(self.fail_key(
+                    &key,
+                    format!("is {v} in layer {il}; llama.cpp takes 0, 4 or 128 (u32/i32)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The keys the bailingmoe3 loader (src/models/bailingmoe3.cpp `load_arch_hparams`) reads
+    /// as required, and the KDA gate values it asserts on.
+    fn bailingmoe3_hparams(&self) -> Result<()> {
+        for k in [
+            "attention.key_length_mla",
+            "attention.value_length_mla",
+            "attention.kv_lora_rank",
+            "ssm.conv_kernel",
+            "kda.head_dim",
+            "expert_shared_count",
+            "leading_dense_block_count",
+            "expert_gating_func",
+        ] {
+            self.u32_required(&self.key(k))?;
+        }
+        let ff = self.key("expert_feed_forward_length");
+        if self.model.get(&ff).is_none() {
+            return Err(self.fail_key(&ff, "is missing".into()));
+        }
+        // GGML_ASSERT(hparams.kda_safe_gate) and GGML_ASSERT(kda_gate_lower_bound < 0)
+        let safe = self.key("kda.safe_gate");
+        if self.bool_opt(&safe)? == Some(false) {
+            return Err(self.fail_key(&safe, "is false; llama.cpp asserts it is true".into()));
+        }
+        let lb_key = self.key("kda.gate_lower_bound");
+        let lb = self.f32_required(&lb_key)?;
+        if lb >= 0.0 {
+            return Err(self.fail_key(&lb_key, format!("is {lb}; llama.cpp asserts it is < 0")));
+        }
+        self.bool_opt(&self.key("expert_weights_norm"))?;
+        Ok(())
     }
 
     /// `attention.sliding_window_pattern` as `load_swa_pattern` / `get_arr` read it: an array

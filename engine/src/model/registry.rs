@@ -99,12 +99,19 @@ impl Recipe {
     }
 }
 
-/// The text `--list-archs` prints.
+/// The text `--list-archs` prints: per architecture its expert layouts and the
+/// `bmoe-bench model synth --preset` names that write a model of it.
 pub fn list_archs_text() -> String {
     let mut out = String::from("supported MoE architectures:\n");
     for r in RECIPES {
         let layouts: Vec<String> = r.layouts.iter().map(|l| l.join(" + ")).collect();
-        out.push_str(&format!("  {:<12} {}\n", r.arch, layouts.join("  |  ")));
+        let presets = bmoe_gguf::synth::Preset::names_for(r.arch);
+        out.push_str(&format!(
+            "  {:<12} {}  (synth presets: {})\n",
+            r.arch,
+            layouts.join("  |  "),
+            presets.join(", ")
+        ));
     }
     out
 }
@@ -184,5 +191,29 @@ mod tests {
         for r in RECIPES {
             assert!(text.contains(&format!("  {}", r.arch)));
         }
+    }
+
+    /// Every streamed architecture can be synthesised (so every one is gated), and its
+    /// `--list-archs` line names its presets.
+    #[test]
+    fn every_recipe_has_a_synth_preset_listed() {
+        let text = list_archs_text();
+        for r in RECIPES {
+            let presets = bmoe_gguf::synth::Preset::names_for(r.arch);
+            assert!(!presets.is_empty(), "{} has no preset", r.arch);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("  {} ", r.arch)))
+                .unwrap();
+            assert!(
+                line.ends_with(&format!("(synth presets: {})", presets.join(", "))),
+                "{line}"
+            );
+        }
+        assert_eq!(
+            bmoe_gguf::synth::Preset::names_for("deepseek4"),
+            ["deepseek4-tiny", "deepseek-v4-flash"]
+        );
+        assert!(bmoe_gguf::synth::Preset::names_for("llama").is_empty());
     }
 }

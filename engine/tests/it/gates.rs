@@ -23,6 +23,8 @@ pub(crate) struct Models {
     pub(crate) gemma4: PathBuf,
     pub(crate) lfm2moe: PathBuf,
     pub(crate) qwen35moe: PathBuf,
+    pub(crate) deepseek4: PathBuf,
+    pub(crate) bailingmoe3: PathBuf,
 }
 
 fn synth(dir: &Path, name: &str, preset: Preset, edit: impl FnOnce(&mut SynthOptions)) -> PathBuf {
@@ -55,6 +57,8 @@ pub(crate) fn models() -> &'static Models {
             gemma4: synth(d, "gemma4.gguf", Preset::Gemma4Tiny, |_| {}),
             lfm2moe: synth(d, "lfm2moe.gguf", Preset::Lfm2MoeTiny, |_| {}),
             qwen35moe: synth(d, "qwen35moe.gguf", Preset::Qwen35MoeTiny, |_| {}),
+            deepseek4: synth(d, "deepseek4.gguf", Preset::DeepSeek4Tiny, |_| {}),
+            bailingmoe3: synth(d, "bailingmoe3.gguf", Preset::BailingMoe3Tiny, |_| {}),
             _dir: dir,
         }
     })
@@ -304,6 +308,29 @@ fn qwen35moe_linear_attention_and_shared_experts_stream_identically() {
             &["--moe-stream", "--cache-mb", "64"],
         ],
     );
+}
+
+/// Cache off, evicting (1 MiB, far below a tiny model's ~6 MiB of experts) and holding every
+/// expert (64 MiB).
+pub(crate) const CACHE_SIZES: [&[&str]; 3] = [
+    &["--moe-stream", "--cache-mb", "0"],
+    &["--moe-stream", "--cache-mb", "1"],
+    &["--moe-stream", "--cache-mb", "64"],
+];
+
+#[test]
+fn deepseek4_hash_routing_hyper_connections_and_shared_expert_stream_identically() {
+    // layer 0 is routed by the token-id hash table (its ids come from a get_rows, not the
+    // argsort), layers 1-3 by sqrt-softplus scores with CSA / HCA / CSA KV compression; the
+    // shared expert is dense and stays on the mmap. 4 layers × 8 experts of 204 KiB.
+    assert_identical(&models().deepseek4, &CACHE_SIZES);
+}
+
+#[test]
+fn bailingmoe3_kda_mla_and_group_limited_routing_stream_identically() {
+    // layer 0 is KDA with a dense MLP (no experts), layers 1-2 KDA, layer 3 MLA; routing picks
+    // 2 of 4 expert groups before the top-2, and the shared expert is dense.
+    assert_identical(&models().bailingmoe3, &CACHE_SIZES);
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! negative control, the stall accounting, the telemetry keys, the failure path, the traces and
 //! session mode.
 
-use crate::gates::{PROMPT, assert_identical, cli, models, resident_args, run, trace, trace_full};
+use crate::gates::{
+    CACHE_SIZES, PROMPT, assert_identical, cli, models, resident_args, run, trace, trace_full,
+};
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
 use bmoe_telemetry::metrics::MetricsFile;
 use bmoe_telemetry::summary::PerfReport;
@@ -104,6 +106,16 @@ fn overlap_covers_every_quant_the_split_model_and_every_architecture() {
                 &["--moe-stream", "--cache-mb", "1", "--io-threads", "1"],
             ],
         );
+    }
+}
+
+#[test]
+fn overlap_streams_deepseek4_and_bailingmoe3_identically() {
+    // the two architectures with hash-routed / group-limited routing and MLA / KDA attention,
+    // over the full cache matrix (off, evicting, holding everything)
+    let m = models();
+    for model in [&m.deepseek4, &m.bailingmoe3] {
+        assert_overlap_identical(model, &CACHE_SIZES);
     }
 }
 

@@ -44,11 +44,13 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
 }
 
 /// `n_embd 256, expert FF 256, heads 4/2 x 64, vocab 269, ctx 4096` from the metadata (`?` when a
-/// key is absent).
+/// key is absent). Where `head_count_kv` is per layer (lfm2moe's conv layers, bailingmoe3's KDA
+/// layers have 0), the attention layers' KV heads and how many layers attend; the head size is
+/// llama.cpp's (`key_length_mla` for MLA, else `key_length`, else n_embd / heads).
 fn shape_line(model: &GgufModel, arch: &str) -> String {
+    let get = |k: &str| model.get(&format!("{arch}.{k}"));
     let num = |k: &str| {
-        model
-            .get(&format!("{arch}.{k}"))
+        get(k)
             .and_then(|v| v.as_u64())
             .map_or_else(|| "?".to_string(), |v| v.to_string())
     };
@@ -56,13 +58,35 @@ fn shape_line(model: &GgufModel, arch: &str) -> String {
         .get("tokenizer.ggml.tokens")
         .and_then(|v| v.as_array())
         .map_or_else(|| "?".to_string(), |a| a.values.len().to_string());
+    let heads = get("attention.head_count").and_then(|v| v.as_u64());
+    let per_layer_kv: Option<Vec<u64>> = get("attention.head_count_kv")
+        .and_then(|v| v.as_array())
+        .map(|a| a.values.iter().filter_map(|x| x.as_u64()).collect());
+    let (kv, attending) = match &per_layer_kv {
+        Some(v) => {
+            let n = v.iter().filter(|&&k| k > 0).count();
+            let kv = v
+                .iter()
+                .copied()
+                .max()
+                .map_or_else(|| "?".into(), |k| k.to_string());
+            (kv, format!(" ({n} of {} layers attend)", v.len()))
+        }
+        None => (num("attention.head_count_kv"), String::new()),
+    };
+    let head_size = ["attention.key_length_mla", "attention.key_length"]
+        .iter()
+        .find_map(|k| get(k).and_then(|v| v.as_u64()))
+        .or_else(|| {
+            let e = get("embedding_length").and_then(|v| v.as_u64())?;
+            heads.filter(|&h| h > 0).map(|h| e / h)
+        })
+        .map_or_else(|| "?".to_string(), |v| v.to_string());
     format!(
-        "n_embd {}, expert FF {}, heads {}/{} x {}, vocab {vocab}, ctx {}",
+        "n_embd {}, expert FF {}, heads {}/{kv} x {head_size}{attending}, vocab {vocab}, ctx {}",
         num("embedding_length"),
         num("expert_feed_forward_length"),
         num("attention.head_count"),
-        num("attention.head_count_kv"),
-        num("attention.key_length"),
         num("context_length"),
     )
 }

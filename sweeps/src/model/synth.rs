@@ -19,13 +19,15 @@ use super::human_bytes;
 #[derive(Debug, Args)]
 pub struct SynthArgs {
     /// Starting point: tiny, qwen3-30b-a3b, qwen2moe-tiny, gpt-oss-tiny, gemma4-tiny,
-    /// lfm2moe-tiny, lfm2-8b-a1b.
+    /// lfm2moe-tiny, lfm2-8b-a1b, qwen35moe-tiny, qwen3.6-35b-a3b, deepseek4-tiny,
+    /// deepseek-v4-flash, bailingmoe3-tiny, ling-mini-3.0.
     #[arg(long, default_value = "tiny", value_parser = parse_preset)]
     pub preset: Preset,
     /// Output file (the first shard's name is derived from it with --split).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Architecture: qwen3moe, qwen2moe, gpt-oss, gemma4, lfm2moe.
+    /// Architecture: qwen3moe, qwen2moe, gpt-oss, gemma4, lfm2moe, qwen35moe, deepseek4,
+    /// bailingmoe3.
     #[arg(long, value_parser = parse_arch)]
     pub arch: Option<Arch>,
     /// Transformer layers.
@@ -43,7 +45,8 @@ pub struct SynthArgs {
     /// Routed expert FFN width.
     #[arg(long)]
     pub ff: Option<u64>,
-    /// Shared expert FFN width (qwen2moe) / dense MLP width (gemma4).
+    /// Shared expert FFN width (qwen2moe, qwen35moe, deepseek4, bailingmoe3) / dense MLP
+    /// width (gemma4, lfm2moe).
     #[arg(long)]
     pub ff_shared: Option<u64>,
     /// Query heads.
@@ -96,7 +99,9 @@ fn parse_preset(s: &str) -> Result<Preset, String> {
 
 fn parse_arch(s: &str) -> Result<Arch, String> {
     Arch::from_name(s)
-        .ok_or_else(|| format!("unknown arch {s:?}; choose qwen3moe, qwen2moe, gpt-oss or gemma4"))
+        .ok_or_else(|| format!(
+            "unknown arch {s:?}; choose qwen3moe, qwen2moe, gpt-oss, gemma4, lfm2moe, qwen35moe, deepseek4 or bailingmoe3"
+        ))
 }
 
 fn parse_type(s: &str) -> Result<GgmlType, String> {

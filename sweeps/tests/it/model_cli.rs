@@ -32,6 +32,41 @@ fn inspect_tiny_table_snapshot() {
 }
 
 #[test]
+fn synth_and_inspect_describe_the_hybrid_and_mla_architectures() {
+    let dir = tempfile::tempdir().unwrap();
+    for (preset, arch, shape) in [
+        // per-layer KV heads (0 on conv / KDA layers): the attention layers' count, how many
+        // attend, and llama.cpp's head size (n_embd / heads without key_length; MLA's
+        // key_length_mla, not the latent cache width)
+        (
+            "lfm2moe-tiny",
+            "lfm2moe",
+            "heads 4/2 x 64 (1 of 3 layers attend)",
+        ),
+        (
+            "bailingmoe3-tiny",
+            "bailingmoe3",
+            "heads 4/1 x 96 (1 of 4 layers attend)",
+        ),
+        ("deepseek4-tiny", "deepseek4", "heads 4/1 x 64, vocab"),
+        ("qwen35moe-tiny", "qwen35moe", "heads 4/2 x 64, vocab"),
+    ] {
+        let file = format!("{preset}.gguf");
+        let out = bench(
+            dir.path(),
+            &["model", "synth", "--preset", preset, "-o", &file],
+        );
+        assert!(out.status.success(), "{preset}: {}", text(&out.stderr));
+        let out = bench(dir.path(), &["model", "inspect", &file]);
+        assert!(out.status.success(), "{preset}: {}", text(&out.stderr));
+        let t = text(&out.stdout);
+        assert!(t.contains(&format!("arch         {arch}\n")), "{t}");
+        assert!(t.contains(shape), "{preset}: {t}");
+        assert!(!t.contains("/?") && !t.contains("x ?"), "{preset}: {t}");
+    }
+}
+
+#[test]
 fn inspect_json_matches_the_library_description() {
     let dir = tempfile::tempdir().unwrap();
     let out = bench(

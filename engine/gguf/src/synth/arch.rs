@@ -31,6 +31,15 @@ pub enum Arch {
     /// `qwen35moe`: gated-delta-net linear attention on 3 of 4 layers, gated full attention on
     /// the 4th, routed experts plus a gated dense shared expert.
     Qwen35Moe,
+    /// `deepseek4` (DeepSeek-V4): 4 hyper-connection streams, low-rank q and grouped low-rank
+    /// output, one shared KV head; per-layer KV compression (sliding window only, CSA with a
+    /// lightning indexer, HCA); hash-routed leading layers; sqrt-softplus routing with a
+    /// selection bias; routed experts plus a dense shared expert.
+    DeepSeek4,
+    /// `bailingmoe3` (Ling 3.0): KDA linear attention on 3 of 4 layers, MLA on the 4th, dense
+    /// leading layers, sigmoid group-limited routing with a selection bias, a dense shared
+    /// expert.
+    BailingMoe3,
 }
 
 impl Arch {
@@ -43,6 +52,8 @@ impl Arch {
             Arch::Gemma4 => "gemma4",
             Arch::Lfm2Moe => "lfm2moe",
             Arch::Qwen35Moe => "qwen35moe",
+            Arch::DeepSeek4 => "deepseek4",
+            Arch::BailingMoe3 => "bailingmoe3",
         }
     }
 
@@ -55,6 +66,8 @@ impl Arch {
             Arch::Gemma4,
             Arch::Lfm2Moe,
             Arch::Qwen35Moe,
+            Arch::DeepSeek4,
+            Arch::BailingMoe3,
         ]
         .into_iter()
         .find(|a| a.gguf_name() == s)
@@ -179,6 +192,12 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
     if o.arch == Arch::Qwen35Moe {
         return super::qwen35moe::build(o);
     }
+    if o.arch == Arch::DeepSeek4 {
+        return super::deepseek4::build(o);
+    }
+    if o.arch == Arch::BailingMoe3 {
+        return super::bailingmoe3::build(o);
+    }
     let a = o.arch.gguf_name();
     let e = o.n_embd;
     let ff = o.n_ff_exp;
@@ -250,7 +269,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
             (kv("attention.key_length_swa"), MetaValue::U32(hd as u32)),
             (kv("attention.value_length_swa"), MetaValue::U32(hd as u32)),
         ]),
-        Arch::Qwen3Moe | Arch::Lfm2Moe | Arch::Qwen35Moe => {}
+        Arch::Qwen3Moe | Arch::Lfm2Moe | Arch::Qwen35Moe | Arch::DeepSeek4 | Arch::BailingMoe3 => {}
     }
     md.extend(vocab.metadata());
     md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
@@ -314,7 +333,12 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
                 );
                 b.add(p("attn_sinks.weight"), f32t, &[o.n_head], Init::Zeros);
             }
-            Arch::Qwen2Moe | Arch::Gemma4 | Arch::Lfm2Moe | Arch::Qwen35Moe => {}
+            Arch::Qwen2Moe
+            | Arch::Gemma4
+            | Arch::Lfm2Moe
+            | Arch::Qwen35Moe
+            | Arch::DeepSeek4
+            | Arch::BailingMoe3 => {}
         }
         if o.arch != Arch::GptOss {
             b.add(p("ffn_norm.weight"), f32t, &[e], Init::Ones);
@@ -338,7 +362,12 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
                 b.add_matrix(p("ffn_gate_inp_shexp.weight"), f32t, &[e]);
                 b.add_mlp(|w| p(&format!("ffn_{w}_shexp.weight")), dt, e, fs);
             }
-            Arch::Qwen3Moe | Arch::Gemma4 | Arch::Lfm2Moe | Arch::Qwen35Moe => {}
+            Arch::Qwen3Moe
+            | Arch::Gemma4
+            | Arch::Lfm2Moe
+            | Arch::Qwen35Moe
+            | Arch::DeepSeek4
+            | Arch::BailingMoe3 => {}
         }
     }
     for t in &b.tensors {

@@ -43,6 +43,15 @@ pub enum Init {
         /// Per-row gain.
         gains: Arc<Vec<f32>>,
     },
+    /// Expert ids (I32), `per_row` distinct ids in `0..n_expert` per row of `per_row` elements:
+    /// row `r` holds a seeded start `s` and then `s+1, s+2, …` (mod `n_expert`). deepseek4's
+    /// hash-routing table (`ffn_gate_tid2eid`, one row per token id).
+    ExpertIds {
+        /// Experts of the layer (ids are below it).
+        n_expert: u32,
+        /// Ids per row (the layer's top-k); at most `n_expert`, so a row never repeats an id.
+        per_row: u32,
+    },
 }
 
 /// Supported generation types.
@@ -51,6 +60,13 @@ pub fn supports(t: GgmlType) -> bool {
         t,
         GgmlType::F32 | GgmlType::F16 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::MXFP4
     )
+}
+
+/// The id in slot `slot` of row `row` of an [`Init::ExpertIds`] table.
+pub fn expert_id(seed: u64, name: &str, row: u64, slot: u32, n_expert: u32) -> i32 {
+    let n = u64::from(n_expert.max(1));
+    let start = derive(seed, name, row) % n;
+    ((start + u64::from(slot)) % n) as i32
 }
 
 /// Page size in bytes for a type.
@@ -121,6 +137,14 @@ pub fn generate_page(
                 let row = (first_elem + i as u64) / row_len.max(1);
                 let g = gains.get(row as usize).copied().unwrap_or(1.0);
                 c.copy_from_slice(&(rng.next_signed_unit() * a * g).to_le_bytes());
+            }
+        }
+        (Init::ExpertIds { n_expert, per_row }, GgmlType::I32) => {
+            let k = u64::from((*per_row).max(1));
+            for (i, c) in out.chunks_exact_mut(4).enumerate() {
+                let e = first_elem + i as u64;
+                let id = expert_id(seed, name, e / k, (e % k) as u32, *n_expert);
+                c.copy_from_slice(&id.to_le_bytes());
             }
         }
         (Init::Random { std }, GgmlType::Q8_0) => {

@@ -10,6 +10,8 @@
 //! ```
 
 mod arch;
+mod bailingmoe3;
+mod deepseek4;
 pub mod init;
 mod lfm2moe;
 mod qwen35moe;
@@ -57,11 +59,25 @@ pub enum Preset {
     /// Qwen3.5/3.6-35B-A3B's dims (40 layers, 30 linear + 10 full attention; 256 experts
     /// top-8, n_embd 2048, expert and shared FF 512, 16/2 heads, head dim 256), Q4_K experts.
     Qwen36_35bA3b,
+    /// deepseek4, 4 layers (hash-routed window-only, CSA, HCA, CSA), 4 hyper-connection
+    /// streams, shared expert, tiny dims.
+    DeepSeek4Tiny,
+    /// DeepSeek-V4-Flash's dims (43 layers, 3 hash-routed; 256 experts top-6 + 1 shared,
+    /// n_embd 4096, expert FF 2048, 64 heads × 512 with one KV head, q rank 1024, 8 output
+    /// groups × 1024), Q4_K experts: ~160 GB. For size planning.
+    DeepSeekV4Flash,
+    /// bailingmoe3, 4 layers (3 KDA, 1 MLA; the first dense), group-limited routing, shared
+    /// expert, tiny dims.
+    BailingMoe3Tiny,
+    /// A Ling-mini-3.0-shaped model (llama.cpp's 7.9B-A1.3B bailingmoe3 type: 24 layers, 6 MLA;
+    /// 128 experts top-8 in 8 groups (4 used) + 1 shared, n_embd 1536, expert FF 512,
+    /// 12 heads × 128), Q4_K experts. For benchmarks.
+    LingMini3,
 }
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 9] = [
+    pub const ALL: [Preset; 13] = [
         Preset::Tiny,
         Preset::Qwen3_30bA3b,
         Preset::Qwen2MoeTiny,
@@ -71,6 +87,10 @@ impl Preset {
         Preset::Lfm2_8bA1b,
         Preset::Qwen35MoeTiny,
         Preset::Qwen36_35bA3b,
+        Preset::DeepSeek4Tiny,
+        Preset::DeepSeekV4Flash,
+        Preset::BailingMoe3Tiny,
+        Preset::LingMini3,
     ];
 
     /// The CLI name.
@@ -85,12 +105,31 @@ impl Preset {
             Preset::Lfm2_8bA1b => "lfm2-8b-a1b",
             Preset::Qwen35MoeTiny => "qwen35moe-tiny",
             Preset::Qwen36_35bA3b => "qwen3.6-35b-a3b",
+            Preset::DeepSeek4Tiny => "deepseek4-tiny",
+            Preset::DeepSeekV4Flash => "deepseek-v4-flash",
+            Preset::BailingMoe3Tiny => "bailingmoe3-tiny",
+            Preset::LingMini3 => "ling-mini-3.0",
         }
     }
 
     /// Look a preset up by CLI name.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The architecture this preset writes.
+    pub fn arch(self) -> Arch {
+        SynthOptions::preset(self).arch
+    }
+
+    /// The CLI names of the presets of architecture `arch` (a `general.architecture` value),
+    /// in [`Preset::ALL`] order; empty for one the synthesiser cannot write.
+    pub fn names_for(arch: &str) -> Vec<&'static str> {
+        Self::ALL
+            .into_iter()
+            .filter(|p| p.arch().gguf_name() == arch)
+            .map(Preset::name)
+            .collect()
     }
 }
 
@@ -109,7 +148,8 @@ pub struct SynthOptions {
     pub n_embd: u64,
     /// Routed expert FFN width.
     pub n_ff_exp: u64,
-    /// Shared expert FFN width (qwen2moe) / dense MLP width (gemma4).
+    /// Shared expert FFN width (qwen2moe, qwen35moe, deepseek4, bailingmoe3) / dense MLP width
+    /// (gemma4, lfm2moe).
     pub n_ff_shexp: u64,
     /// Query heads.
     pub n_head: u64,
@@ -229,6 +269,49 @@ impl SynthOptions {
                 n_head_kv: 2,
                 head_dim: 256,
                 n_ctx: 256 * 1024,
+                expert_type: GgmlType::Q4_K,
+                ..tiny
+            },
+            Preset::DeepSeek4Tiny => Self {
+                arch: Arch::DeepSeek4,
+                n_layer: 4,
+                n_head_kv: 1,
+                n_ff_shexp: 256,
+                ..tiny
+            },
+            Preset::DeepSeekV4Flash => Self {
+                arch: Arch::DeepSeek4,
+                n_layer: 43,
+                n_expert: 256,
+                n_expert_used: 6,
+                n_embd: 4096,
+                n_ff_exp: 2048,
+                n_ff_shexp: 2048,
+                n_head: 64,
+                n_head_kv: 1,
+                head_dim: 512,
+                n_ctx: 1024 * 1024,
+                expert_type: GgmlType::Q4_K,
+                ..tiny
+            },
+            Preset::BailingMoe3Tiny => Self {
+                arch: Arch::BailingMoe3,
+                n_layer: 4,
+                n_head_kv: 1,
+                ..tiny
+            },
+            Preset::LingMini3 => Self {
+                arch: Arch::BailingMoe3,
+                n_layer: 24,
+                n_expert: 128,
+                n_expert_used: 8,
+                n_embd: 1536,
+                n_ff_exp: 512,
+                n_ff_shexp: 512,
+                n_head: 12,
+                n_head_kv: 1,
+                head_dim: 128,
+                n_ctx: 128 * 1024,
                 expert_type: GgmlType::Q4_K,
                 ..tiny
             },

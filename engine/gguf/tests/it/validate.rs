@@ -51,6 +51,8 @@ fn every_small_preset_passes() {
         Preset::Gemma4Tiny,
         Preset::Lfm2MoeTiny,
         Preset::Qwen35MoeTiny,
+        Preset::DeepSeek4Tiny,
+        Preset::BailingMoe3Tiny,
     ] {
         let path = dir.path().join(format!("{}.gguf", p.name()));
         write_model(&SynthOptions::preset(p), &path).unwrap();
@@ -645,6 +647,152 @@ fn gemma4_keys_its_loader_refuses_are_errors_naming_the_key() {
                 }),
                 "gemma4.attention.value_length",
                 "needs it equal to gemma4.attention.key_length",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn deepseek4_keys_its_loader_and_graph_refuse_are_errors_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = preset(dir.path(), Preset::DeepSeek4Tiny);
+    let ratios = |v: Vec<i32>| arr(ValueType::I32, v.into_iter().map(MetaValue::I32).collect());
+    refused(
+        &base,
+        vec![
+            (
+                "q-lora-missing",
+                drop_key("deepseek4.attention.q_lora_rank"),
+                "deepseek4.attention.q_lora_rank",
+                "is missing",
+            ),
+            (
+                "hash-missing",
+                drop_key("deepseek4.hash_layer_count"),
+                "deepseek4.hash_layer_count",
+                "is missing",
+            ),
+            (
+                "scale-u32",
+                put("deepseek4.expert_weights_scale", MetaValue::U32(1)),
+                "deepseek4.expert_weights_scale",
+                "f32",
+            ),
+            (
+                "norm-missing",
+                drop_key("deepseek4.expert_weights_norm"),
+                "deepseek4.expert_weights_norm",
+                "is missing",
+            ),
+            (
+                "hc-2",
+                put("deepseek4.hyper_connection.count", MetaValue::U32(2)),
+                "deepseek4.hyper_connection.count",
+                "needs 4",
+            ),
+            (
+                "softmax",
+                put("deepseek4.expert_gating_func", MetaValue::U32(1)),
+                "deepseek4.expert_gating_func",
+                "sqrt-softplus",
+            ),
+            (
+                "groups-3",
+                put("deepseek4.attention.output_group_count", MetaValue::U32(3)),
+                "deepseek4.attention.output_group_count",
+                "must divide",
+            ),
+            (
+                "ratios-short",
+                put("deepseek4.attention.compress_ratios", ratios(vec![0, 4])),
+                "deepseek4.attention.compress_ratios",
+                "has 2 entries",
+            ),
+            (
+                "ratio-8",
+                put(
+                    "deepseek4.attention.compress_ratios",
+                    ratios(vec![0, 4, 8, 4]),
+                ),
+                "deepseek4.attention.compress_ratios",
+                "0, 4 or 128",
+            ),
+            (
+                "v-differs",
+                put("deepseek4.attention.value_length", MetaValue::U32(128)),
+                "deepseek4.attention.value_length",
+                "needs it equal to deepseek4.attention.key_length",
+            ),
+            // the indexer's Hadamard rotation: 96 is no multiple of 64, 64 is the head size
+            (
+                "indexer-96",
+                put("deepseek4.attention.indexer.key_length", MetaValue::U32(96)),
+                "deepseek4.attention.indexer.key_length",
+                "multiple of 64",
+            ),
+            (
+                "indexer-64",
+                put("deepseek4.attention.indexer.key_length", MetaValue::U32(64)),
+                "deepseek4.attention.indexer.key_length",
+                "other than deepseek4.attention.key_length = 64",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn bailingmoe3_keys_its_loader_refuses_are_errors_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = preset(dir.path(), Preset::BailingMoe3Tiny);
+    refused(
+        &base,
+        vec![
+            (
+                "kv-lora-missing",
+                drop_key("bailingmoe3.attention.kv_lora_rank"),
+                "bailingmoe3.attention.kv_lora_rank",
+                "is missing",
+            ),
+            (
+                "mla-k-missing",
+                drop_key("bailingmoe3.attention.key_length_mla"),
+                "bailingmoe3.attention.key_length_mla",
+                "is missing",
+            ),
+            (
+                "kda-dim-missing",
+                drop_key("bailingmoe3.kda.head_dim"),
+                "bailingmoe3.kda.head_dim",
+                "is missing",
+            ),
+            (
+                "lower-bound-positive",
+                put("bailingmoe3.kda.gate_lower_bound", MetaValue::F32(1.0)),
+                "bailingmoe3.kda.gate_lower_bound",
+                "< 0",
+            ),
+            (
+                "unsafe-gate",
+                put("bailingmoe3.kda.safe_gate", MetaValue::Bool(false)),
+                "bailingmoe3.kda.safe_gate",
+                "asserts it is true",
+            ),
+            (
+                "gating-missing",
+                drop_key("bailingmoe3.expert_gating_func"),
+                "bailingmoe3.expert_gating_func",
+                "is missing",
+            ),
+            // the KDA layers' 0 KV heads are recurrent layers, but not on an attention arch
+            // without them: a 3 that does not divide 4 heads still refuses
+            (
+                "kv-3",
+                put(
+                    "bailingmoe3.attention.head_count_kv",
+                    arr(ValueType::I32, vec![MetaValue::I32(3); 4]),
+                ),
+                "bailingmoe3.attention.head_count_kv",
+                "must divide",
             ),
         ],
     );
