@@ -95,18 +95,16 @@ impl ReadStamps {
     /// The `step` of each of `reads` (the decode's io log, in order). A read no load accounts
     /// for — none is expected — gets the batch's last position, as the compute trace's rows.
     pub fn steps(&self, reads: &[IoRecord]) -> Vec<i64> {
-        let mut out = Vec::with_capacity(reads.len());
-        let mut rest = reads.iter();
+        // speculative reads (`spec=1`) belong to no routing: the loads count only real reads
+        let mut out = vec![self.fallback; reads.len()];
+        let mut rest = reads.iter().enumerate().filter(|(_, r)| !r.spec);
         for load in &self.loads {
-            for r in rest.by_ref().take(load.reads) {
-                out.push(if r.layer == load.layer {
-                    load.experts.get(&r.expert).copied().unwrap_or(load.first)
-                } else {
-                    self.fallback
-                });
+            for (i, r) in rest.by_ref().take(load.reads) {
+                if r.layer == load.layer {
+                    out[i] = load.experts.get(&r.expert).copied().unwrap_or(load.first);
+                }
             }
         }
-        out.extend(rest.map(|_| self.fallback));
         out
     }
 }
