@@ -45,7 +45,7 @@ pub struct StreamArgs {
     /// lanes take them when no real read waits)
     #[arg(long = "prefetch", default_value_t = 0, value_name = "K")]
     pub prefetch: i64,
-    /// Diagnostic: wait for the speculative reads right after issuing them (needs --prefetch;
+    /// Diagnostic: drain the speculative reads on the eval thread (needs --prefetch;
     /// marks the run instrumented)
     #[arg(long = "prefetch-sync")]
     pub prefetch_sync: bool,

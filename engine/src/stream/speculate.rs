@@ -10,8 +10,8 @@
 //!   low-priority queue. The next real load cancels the units no lane has started (their entries
 //!   are forgotten) and integrates the finished ones; a routing of an entry still being read
 //!   adopts it and waits for that read (userfaultfd: in the kernel, on its pages; staged: on the
-//!   eval thread) rather than reading it twice. `--prefetch-sync` waits for every unit right
-//!   after issuing (a diagnostic).
+//!   eval thread) rather than reading it twice. `--prefetch-sync` drains the queue on the eval
+//!   thread right after issuing (a diagnostic; its io rows carry the lane after the last one).
 
 use super::cache::EntryId;
 use super::overlap::{OverlapKind, SpecDone, SpecUnit};
@@ -66,7 +66,7 @@ pub(super) struct Speculation {
     pub predictor: TemporalPredictor,
     /// Experts each token routes to (the router's `n_expert_used`).
     pub n_used: usize,
-    /// `--prefetch-sync`: wait for the speculative reads right after issuing them.
+    /// `--prefetch-sync`: drain the speculative reads on the eval thread right after issuing.
     pub sync: bool,
     /// Overlap: what happened to the units.
     pub counts: SpecCounts,
@@ -101,8 +101,8 @@ impl Streamer {
         }
     }
 
-    /// `--prefetch-sync`: speculative reads are waited for right after they are issued (the
-    /// serial path always reads them on the eval thread).
+    /// `--prefetch-sync`: speculative reads are drained on the eval thread right after they are
+    /// issued (the serial path always reads them there).
     pub fn set_prefetch_sync(&mut self, sync: bool) {
         if let Some(s) = self.spec.as_mut() {
             s.sync = sync;
@@ -208,7 +208,7 @@ impl Streamer {
         let Some(o) = self.overlap_mut() else { return };
         o.queue_spec(units);
         if sync {
-            o.wait_spec(true);
+            o.run_spec_here();
             self.collect_speculative();
         }
     }

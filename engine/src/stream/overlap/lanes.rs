@@ -574,6 +574,26 @@ impl AsyncLanes {
         std::mem::take(&mut *lock(&self.shared.spec_done))
     }
 
+    /// Reads the queued speculative units on the calling thread (`--prefetch-sync`), numbered as
+    /// the lane after the last worker (its own staging slot), alongside any worker that takes
+    /// some; then waits for those.
+    pub fn run_spec_here(&self) {
+        let me = self.workers.len();
+        loop {
+            let unit = {
+                let mut st = lock(&self.shared.state);
+                let u = st.spec.pop_front();
+                if u.is_some() {
+                    st.spec_in_flight += 1;
+                }
+                u
+            };
+            let Some(u) = unit else { break };
+            self.shared.run_spec(u, me);
+        }
+        self.wait_spec(true);
+    }
+
     /// Waits until no speculative unit is being read (and, with `queued`, none waits either).
     pub fn wait_spec(&self, queued: bool) {
         let busy = || {

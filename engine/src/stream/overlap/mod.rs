@@ -126,7 +126,8 @@ impl Overlap {
                     uffd: Arc::clone(&u),
                     book: Arc::clone(&book),
                     ring: Arc::new(StagingRing::new(ring_len)?),
-                    spec_ring: Arc::new(StagingRing::new(spec_slot * n_lanes.clamp(1, 8))?),
+                    // a slot per lane, and one for the eval thread (`--prefetch-sync`)
+                    spec_ring: Arc::new(StagingRing::new(spec_slot * (n_lanes.clamp(1, 8) + 1))?),
                     spec_slot,
                 };
                 (kind, installer, Some(book), Some(u))
@@ -353,6 +354,16 @@ impl Overlap {
     pub fn wait_spec(&mut self, queued: bool) {
         let t0 = Instant::now();
         self.lanes.wait_spec(queued);
+        if self.kind == OverlapKind::Staged {
+            self.staged_stall_ns += t0.elapsed().as_nanos() as u64;
+        }
+    }
+
+    /// `--prefetch-sync`: reads the queued speculative units on the eval thread and waits for
+    /// the ones a lane took.
+    pub fn run_spec_here(&mut self) {
+        let t0 = Instant::now();
+        self.lanes.run_spec_here();
         if self.kind == OverlapKind::Staged {
             self.staged_stall_ns += t0.elapsed().as_nanos() as u64;
         }
