@@ -172,4 +172,25 @@ mod tests {
             [0, 3, 2]
         );
     }
+
+    #[test]
+    fn speculative_reads_among_the_real_ones_take_the_last_position_and_shift_nothing() {
+        let mut s = ReadSteps::new(1, 0);
+        s.begin_decode(DecodeSpan {
+            turn: 0,
+            prefill: true,
+            pos0: 10,
+            n_tokens: 2,
+        });
+        s.load(0, &[1, 2], 2);
+        s.load(1, &[3, 4], 1);
+        let stamps = s.end_decode();
+        let spec = |layer, expert| IoRecord {
+            spec: true,
+            ..read(layer, expert)
+        };
+        // read-start order under --overlap: speculative rows interleave with the real batches
+        let reads = [read(0, 1), spec(1, 4), read(0, 2), spec(1, 3), read(1, 3)];
+        assert_eq!(stamps.steps(&reads), [10, 11, 11, 11, 10]);
+    }
 }
