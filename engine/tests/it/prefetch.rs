@@ -240,17 +240,37 @@ fn overlap_prefetch_1_and_2_match_resident_across_caches_lanes_and_kinds() {
         assert!(p.useful <= p.prefetched, "{cfg:?}: useful > prefetched");
         assert!(p.mib > 0.0, "{cfg:?}: no speculative MiB:\n{stdout}");
     }
-    // the diagnostic form waits for every speculative read, and is just as lossless
+    // the diagnostic form drains the speculative queue on the eval thread (numbered as the lane
+    // after the last one in the io trace), and is just as lossless
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let io = dir.path().join("io.csv");
+    let io_s = io.to_str().expect("utf-8 path");
     let sync = [
         "--moe-stream",
         "--cache-mb",
         "1",
         "--overlap",
+        "--io-threads",
+        "2",
         "--prefetch",
         "2",
         "--prefetch-sync",
+        "--io-trace",
+        io_s,
     ];
     identical(m, &sync, &mut residents);
+    let rows: Vec<bmoe_telemetry::trace::IoRow> = bmoe_telemetry::trace::IoTraceReader::open(&io)
+        .expect("io trace parses")
+        .map(|r| r.expect("row"))
+        .collect();
+    assert!(
+        rows.iter().any(|r| r.spec && r.lane == 2),
+        "no speculative read on the eval thread"
+    );
+    assert!(
+        rows.iter().all(|r| r.lane <= 2),
+        "a lane beyond the eval thread's"
+    );
 }
 
 /// The speculation's counts a run printed under `BMOE_TEST_SPEC_COUNTS=1`:
