@@ -41,11 +41,12 @@ pub struct StreamArgs {
     pub overlap_kind: Option<String>,
     /// Temporal prefetch: after each layer's load, read ahead the experts the previous token
     /// routed at the next K layers into the cache's cold end (0 = off; needs --moe-stream and a
-    /// cache; serial loads only — the reads run on the eval thread after the real ones)
+    /// cache; serially the reads run on the eval thread after the real ones, with --overlap the
+    /// lanes take them when no real read waits)
     #[arg(long = "prefetch", default_value_t = 0, value_name = "K")]
     pub prefetch: i64,
-    /// Diagnostic: drain the speculative reads on the eval thread (needs --prefetch; marks the
-    /// run instrumented)
+    /// Diagnostic: drain the speculative reads on the eval thread (needs --prefetch;
+    /// marks the run instrumented)
     #[arg(long = "prefetch-sync")]
     pub prefetch_sync: bool,
 }
@@ -135,8 +136,8 @@ impl StreamArgs {
         }))
     }
 
-    /// `--prefetch K` / `--prefetch-sync` prerequisites: streaming, a cache for the guesses to
-    /// land in, and serial loads (the overlapped lanes have no speculative queue yet).
+    /// `--prefetch K` / `--prefetch-sync` prerequisites: streaming and a cache for the guesses to
+    /// land in (serial or `--overlap`).
     fn check_prefetch(&self, cache_mb: u64, auto: bool) -> Result<(), ConfigError> {
         if !(0..=64).contains(&self.prefetch) {
             return Err(ConfigError::new(
@@ -167,13 +168,6 @@ impl StreamArgs {
                 "--prefetch",
                 "--prefetch requires an expert cache (--cache-mb > 0 or auto)",
                 "a read-ahead expert waits in the cache for its routing; add --cache-mb 256",
-            ));
-        }
-        if self.overlap {
-            return Err(ConfigError::new(
-                "--prefetch",
-                "--prefetch cannot be combined with --overlap yet",
-                "drop --overlap: speculative reads run on the serial path for now",
             ));
         }
         Ok(())

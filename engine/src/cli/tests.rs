@@ -321,18 +321,9 @@ fn prefetch_prerequisites_are_errors_naming_the_flag() {
             "0..=64",
         ),
         (
-            &[
-                "-m",
-                "x",
-                "--moe-stream",
-                "--cache-mb",
-                "8",
-                "--overlap",
-                "--prefetch",
-                "1",
-            ],
+            &["-m", "x", "--moe-stream", "--overlap", "--prefetch", "1"],
             "--prefetch",
-            "--overlap",
+            "cache",
         ),
         (
             &[

@@ -95,18 +95,16 @@ impl ReadStamps {
     /// The `step` of each of `reads` (the decode's io log, in order). A read no load accounts
     /// for — none is expected — gets the batch's last position, as the compute trace's rows.
     pub fn steps(&self, reads: &[IoRecord]) -> Vec<i64> {
-        let mut out = Vec::with_capacity(reads.len());
-        let mut rest = reads.iter();
+        // speculative reads (`spec=1`) belong to no routing: the loads count only real reads
+        let mut out = vec![self.fallback; reads.len()];
+        let mut rest = reads.iter().enumerate().filter(|(_, r)| !r.spec);
         for load in &self.loads {
-            for r in rest.by_ref().take(load.reads) {
-                out.push(if r.layer == load.layer {
-                    load.experts.get(&r.expert).copied().unwrap_or(load.first)
-                } else {
-                    self.fallback
-                });
+            for (i, r) in rest.by_ref().take(load.reads) {
+                if r.layer == load.layer {
+                    out[i] = load.experts.get(&r.expert).copied().unwrap_or(load.first);
+                }
             }
         }
-        out.extend(rest.map(|_| self.fallback));
         out
     }
 }
@@ -173,5 +171,26 @@ mod tests {
             stamps.steps(&[read(0, 7), read(0, 7), read(0, 5)]),
             [0, 3, 2]
         );
+    }
+
+    #[test]
+    fn speculative_reads_among_the_real_ones_take_the_last_position_and_shift_nothing() {
+        let mut s = ReadSteps::new(1, 0);
+        s.begin_decode(DecodeSpan {
+            turn: 0,
+            prefill: true,
+            pos0: 10,
+            n_tokens: 2,
+        });
+        s.load(0, &[1, 2], 2);
+        s.load(1, &[3, 4], 1);
+        let stamps = s.end_decode();
+        let spec = |layer, expert| IoRecord {
+            spec: true,
+            ..read(layer, expert)
+        };
+        // read-start order under --overlap: speculative rows interleave with the real batches
+        let reads = [read(0, 1), spec(1, 4), read(0, 2), spec(1, 3), read(1, 3)];
+        assert_eq!(stamps.steps(&reads), [10, 11, 11, 11, 10]);
     }
 }

@@ -19,6 +19,8 @@ pub(super) struct Staged {
     pub first_routed: Option<usize>,
     /// The experts whose lookup was the first touch of a speculative read (`residency=2`).
     pub spec_hits: Vec<usize>,
+    /// How many of those were still being read (overlap: the load waits for them).
+    pub adopted: usize,
 }
 
 impl Streamer {
@@ -49,6 +51,7 @@ impl Streamer {
             misses,
             first_routed,
             spec_hits,
+            adopted: _,
         } = st;
         let routed = ids;
         // evict before reading: the victims' pages become the misses' pages (never the current
@@ -136,26 +139,30 @@ impl Streamer {
         } else {
             Vec::new()
         };
+        // overlap: queued speculation is cancelled, finished speculation joins the cache first
+        self.settle_speculative();
         self.cache.begin_load();
         self.seen_gen += 1;
-        let (misses, first_routed, spec_hits) = self.touch_routed(layer, ids);
+        let (misses, first_routed, spec_hits, adopted) = self.touch_routed(layer, ids);
         Some(Staged {
             t0,
             before,
             misses,
             first_routed,
             spec_hits,
+            adopted,
         })
     }
 
     /// Looks up every routed expert of `layer` once (duplicates refresh the LRU only): the misses
-    /// in first-routed order, the first routed expert (for test poisoning), and the experts
-    /// whose lookup was a speculative entry's first touch.
+    /// in first-routed order, the first routed expert (for test poisoning), the experts whose
+    /// lookup was a speculative entry's first touch, and how many of those were still in flight.
     fn touch_routed(
         &mut self,
         layer: usize,
         ids: &[i32],
-    ) -> (Vec<usize>, Option<usize>, Vec<usize>) {
+    ) -> (Vec<usize>, Option<usize>, Vec<usize>, usize) {
+        let mut adopted = 0;
         let mut misses: Vec<usize> = Vec::new();
         let mut spec_hits: Vec<usize> = Vec::new();
         let mut first_routed = None;
@@ -176,10 +183,14 @@ impl Streamer {
             match self.cache.touch(id) {
                 Some(Touch::Miss { .. }) => misses.push(e),
                 Some(Touch::SpecHit) => spec_hits.push(e),
+                Some(Touch::InFlight) => {
+                    spec_hits.push(e);
+                    adopted += 1;
+                }
                 _ => {}
             }
         }
-        (misses, first_routed, spec_hits)
+        (misses, first_routed, spec_hits, adopted)
     }
 
     /// The reads of `misses` in `layer`, tensor-major, and for the io log each job's
@@ -313,7 +324,7 @@ impl Streamer {
 
 /// `residency=2`: the first routing of each expert whose lookup was a speculative entry's first
 /// touch (later routings of it in the same load are plain hits).
-fn mark_spec_hits(trace: &mut [Routing], routed: &[i32], spec_hits: &[usize]) {
+pub(super) fn mark_spec_hits(trace: &mut [Routing], routed: &[i32], spec_hits: &[usize]) {
     if spec_hits.is_empty() {
         return;
     }

@@ -29,7 +29,8 @@ impl Streamer {
             before,
             misses,
             first_routed,
-            ..
+            spec_hits,
+            adopted,
         } = st;
         // the previous layer's batch must be complete before its pages can be evicted
         let t_drain = Instant::now();
@@ -66,16 +67,20 @@ impl Streamer {
         self.stats.experts_read += misses.len() as u64;
         if let Some(t) = trace {
             fill_async_trace(t, routed, &before, &misses, &bytes, self.layout.n_expert);
+            super::load::mark_spec_hits(t, routed, &spec_hits);
         }
         let n_groups = self.consume_order.get(layer).map_or(1, Vec::len).max(1);
         if let Some(o) = self.overlap_mut() {
             o.submit(layer, jobs, &donors, n_groups);
         }
+        // behind the real batch: the lanes take these only once it is all claimed
+        self.speculate(layer, routed);
         // staging time is management; the drain wait is not (it is drain_ms)
         self.stats.mgmt_ns += (t0.elapsed().saturating_sub(drained)).as_nanos() as u64;
         if self.poison == Some(Poison::Unrouted) {
             self.apply_poison(layer, Poison::Unrouted, None);
         }
+        self.wait_adopted(adopted);
         if let Some(o) = self.overlap_mut()
             && o.kind() == OverlapKind::Staged
         {
@@ -172,7 +177,7 @@ impl Streamer {
 
     /// The misses' reads, projection group by group in the graph's consumption order, experts
     /// ascending within a group; and the bytes each miss reads.
-    fn async_jobs(
+    pub(super) fn async_jobs(
         &mut self,
         layer: usize,
         misses: &[usize],

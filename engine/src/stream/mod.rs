@@ -11,7 +11,7 @@ mod pages;
 pub mod pause;
 pub mod prefill;
 pub mod recycle;
-mod speculate;
+pub mod speculate;
 mod start;
 pub mod temporal;
 
@@ -136,6 +136,26 @@ pub struct IoRecord {
     pub spec: bool,
 }
 
+/// The io-trace record of an overlapped job that served `layer`.
+fn io_record(
+    layer: usize,
+    j: &overlap::lanes::AsyncJob,
+    t: &io::JobTiming,
+    spec: bool,
+) -> IoRecord {
+    IoRecord {
+        layer: layer as u32,
+        expert: j.slice.expert as u32,
+        proj: j.proj,
+        lane: t.lane,
+        offset: j.read.offset,
+        req_bytes: (j.read.need - (j.read.slice_offset - j.read.offset) as usize) as u64,
+        read_bytes: t.bytes,
+        latency_ns: t.latency_ns,
+        spec,
+    }
+}
+
 /// Test-only poisoning: writes NaN bytes (0xFF) over expert slices after each load, to prove
 /// the gates can fail (a routed slice) and that unrouted slices are never read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +225,7 @@ impl Drop for Streamer {
         if let Some(peak) = self.peak_resident {
             eprintln!("bmoe: test: peak expert-resident bytes {peak}");
         }
+        self.print_spec_counts();
     }
 }
 
@@ -328,32 +349,30 @@ impl Streamer {
         }
     }
 
-    /// After a decode: every read done, the io log collected.
+    /// After a decode: every real read done, finished speculative reads integrated, the io log
+    /// collected — in the order the reads started, speculative ones (`spec=1`) among the real.
     pub fn finish_decode(&mut self) {
         let logging = self.io_log.is_some();
         let Some(o) = self.overlap_mut() else { return };
         o.drain();
+        self.collect_speculative();
         if !logging {
             return;
         }
-        let finished = o.take_finished();
-        let log = self.io_log.get_or_insert_with(Vec::new);
-        for (layer, jobs, timings) in finished {
-            for (j, t) in jobs.iter().zip(timings) {
-                log.push(IoRecord {
-                    layer: layer as u32,
-                    expert: j.slice.expert as u32,
-                    proj: j.proj,
-                    lane: t.lane,
-                    offset: j.read.offset,
-                    req_bytes: (j.read.need - (j.read.slice_offset - j.read.offset) as usize)
-                        as u64,
-                    read_bytes: t.bytes,
-                    latency_ns: t.latency_ns,
-                    spec: false,
-                });
+        let finished = self
+            .overlap_mut()
+            .map(|o| o.take_finished())
+            .unwrap_or_default();
+        let mut rows: Vec<(u64, IoRecord)> = Vec::new();
+        for b in finished {
+            for ((j, t), &seq) in b.jobs.iter().zip(&b.timings).zip(&b.seqs) {
+                rows.push((seq, io_record(b.layer, j, t, false)));
             }
         }
+        rows.extend(self.take_spec_rows());
+        rows.sort_by_key(|r| r.0);
+        let log = self.io_log.get_or_insert_with(Vec::new);
+        log.extend(rows.into_iter().map(|r| r.1));
     }
 
     /// The first read failure of an overlapped load, once (the serial path returns its own).

@@ -1,13 +1,64 @@
-//! Temporal speculation (`--prefetch K`): after a layer's load, the previous token's routing of
-//! the next `K` layers is read ahead into the cache's cold end, so a right guess is a hit and a
-//! wrong one is the first thing evicted. The reads run on the eval thread right after the real
-//! ones (the `--prefetch-sync` form; the serial path has no idle lane to hand them to), so a real
-//! read never waits behind a speculative one.
+//! Speculative expert reads: a predictor guesses (layer, expert) entries a later routing will
+//! ask for, and [`Streamer::issue_speculative`] reads them into the cache's cold end, so a right
+//! guess is a hit and a wrong one is the first thing evicted. The temporal predictor of
+//! `--prefetch K` ([`TemporalPredictor`]) is one source of guesses; any other (a stale-gate
+//! predictor) hands its list with its own [`SpecTag`].
+//!
+//! - Serial loads read the guesses on the eval thread right after the real reads (the serial
+//!   path has no idle lane to hand them to), so a real read never waits behind a speculative one.
+//! - Under `--overlap` they are issued and not waited for: one unit per entry in the lanes'
+//!   low-priority queue. The next real load cancels the units no lane has started (their entries
+//!   are forgotten) and integrates the finished ones; a routing of an entry still being read
+//!   adopts it and waits for that read (userfaultfd: in the kernel, on its pages; staged: on the
+//!   eval thread) rather than reading it twice. `--prefetch-sync` drains the queue on the eval
+//!   thread right after issuing (a diagnostic; its io rows carry the lane after the last one).
 
-use super::Streamer;
 use super::cache::EntryId;
+use super::overlap::{OverlapKind, SpecDone, SpecUnit};
+use super::{IoRecord, Streamer};
 use crate::stream::temporal::TemporalPredictor;
 use std::time::Instant;
+
+/// Env var (test): `1` prints the speculation's counts on stderr when the streamer is dropped
+/// (`bmoe: test: speculation queued=.. cancelled=.. adopted=.. completed=..`).
+pub const SPEC_COUNTS_ENV: &str = "BMOE_TEST_SPEC_COUNTS";
+
+/// Env var (test): a pause in µs before every overlapped speculative read, so that units are
+/// still queued or in flight when the next load comes (cancellation and adoption observable on
+/// a tiny model).
+pub const SPEC_DELAY_ENV: &str = "BMOE_TEST_SPEC_DELAY_US";
+
+/// Which predictor made a guess.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecTag {
+    /// `--prefetch K`: the previous token's routing.
+    Temporal,
+    /// A stale-gate guess (`--predict-prefetch`, which queues its guesses through this API).
+    #[allow(dead_code)]
+    StaleGate,
+}
+
+impl SpecTag {
+    fn code(self) -> u8 {
+        match self {
+            SpecTag::Temporal => 0,
+            SpecTag::StaleGate => 1,
+        }
+    }
+}
+
+/// What happened to speculative units (overlap), cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpecCounts {
+    /// Units handed to the lanes.
+    pub queued: u64,
+    /// Units a real load took back before any lane started them.
+    pub cancelled: u64,
+    /// Routings that found their entry still being read speculatively (they waited for it).
+    pub adopted: u64,
+    /// Units read to the end.
+    pub completed: u64,
+}
 
 /// `--prefetch K` state on the streamer.
 pub(super) struct Speculation {
@@ -15,6 +66,15 @@ pub(super) struct Speculation {
     pub predictor: TemporalPredictor,
     /// Experts each token routes to (the router's `n_expert_used`).
     pub n_used: usize,
+    /// `--prefetch-sync`: drain the speculative reads on the eval thread right after issuing.
+    pub sync: bool,
+    /// Overlap: what happened to the units.
+    pub counts: SpecCounts,
+    /// Overlap, io trace: finished speculative reads with their start sequence numbers, until
+    /// the decode's io log is assembled.
+    pub rows: Vec<(u64, IoRecord)>,
+    /// [`SPEC_COUNTS_ENV`].
+    pub print_counts: bool,
 }
 
 impl Streamer {
@@ -27,12 +87,30 @@ impl Streamer {
                 depth,
             ),
             n_used,
+            sync: false,
+            counts: SpecCounts::default(),
+            rows: Vec::new(),
+            print_counts: std::env::var(SPEC_COUNTS_ENV).is_ok_and(|v| v == "1"),
         });
+        let delay = std::env::var(SPEC_DELAY_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        if let Some(o) = self.overlap() {
+            o.set_spec_delay_us(delay);
+        }
+    }
+
+    /// `--prefetch-sync`: speculative reads are drained on the eval thread right after they are
+    /// issued (the serial path always reads them there).
+    pub fn set_prefetch_sync(&mut self, sync: bool) {
+        if let Some(s) = self.spec.as_mut() {
+            s.sync = sync;
+        }
     }
 
     /// After layer `layer`'s load of `ids`: reads ahead what the previous token routed at the
-    /// next K layers (not resident), then records this load's routing for the next token. A
-    /// failed speculative read is forgotten, never an error: the real load reads it again.
+    /// next K layers (not resident), then records this load's routing for the next token.
     pub(super) fn speculate(&mut self, layer: usize, ids: &[i32]) {
         let Some(spec) = self.spec.as_mut() else {
             return;
@@ -43,9 +121,20 @@ impl Streamer {
             .candidates(layer, |id| cache.is_resident(id) || cache.is_in_flight(id));
         let n_used = spec.n_used;
         spec.predictor.record(layer, ids, n_used);
-        // per layer, the entries this round reads (candidates come nearest layer first)
+        self.issue_speculative(&wanted, SpecTag::Temporal);
+    }
+
+    /// Reads `guesses` (most urgent first) speculatively into the cache's cold end; entries
+    /// resident or already on their way are skipped. A failed serial speculative read is
+    /// forgotten, never an error: the real load reads it again.
+    pub(crate) fn issue_speculative(&mut self, guesses: &[EntryId], tag: SpecTag) {
+        if self.overlap().is_some() {
+            self.queue_speculative(guesses, tag);
+            return;
+        }
+        // per layer, the entries this round reads
         let mut by_layer: Vec<(usize, Vec<usize>)> = Vec::new();
-        for id in wanted {
+        for &id in guesses {
             if !self.cache.insert_speculative(id) {
                 continue;
             }
@@ -55,40 +144,165 @@ impl Streamer {
             }
         }
         for (il, experts) in by_layer {
-            let (jobs, served) = self.plan_reads(il, &experts);
-            // the io log's entries of this load include its speculative reads (trace stamping)
-            self.load_reads += jobs.len();
-            let log_from = self.io_log.as_ref().map_or(0, Vec::len);
-            let (result, _) = self.read(il, jobs, &served, Instant::now());
-            if let Some(log) = self.io_log.as_mut() {
-                log.iter_mut().skip(log_from).for_each(|r| r.spec = true);
-            }
-            match result {
-                Ok(bytes) => {
-                    // flash traffic counts the aligned windows; spec_read counts slice bytes
-                    self.stats.read_bytes += bytes;
-                    self.stats.spec_read_bytes += self.slice_bytes(il) * experts.len() as u64;
-                    for &e in &experts {
-                        self.cache.complete_speculative(EntryId {
-                            layer: il,
-                            expert: e,
-                        });
-                    }
+            self.read_speculative(il, &experts);
+        }
+    }
+
+    /// The serial form: reads `experts` of `il` now.
+    fn read_speculative(&mut self, il: usize, experts: &[usize]) {
+        let (jobs, served) = self.plan_reads(il, experts);
+        let log_from = self.io_log.as_ref().map_or(0, Vec::len);
+        let (result, _) = self.read(il, jobs, &served, Instant::now());
+        if let Some(log) = self.io_log.as_mut() {
+            log.iter_mut().skip(log_from).for_each(|r| r.spec = true);
+        }
+        match result {
+            Ok(bytes) => {
+                // flash traffic counts the aligned windows; spec_read counts slice bytes
+                self.stats.read_bytes += bytes;
+                self.stats.spec_read_bytes += self.slice_bytes(il) * experts.len() as u64;
+                for &e in experts {
+                    self.cache.complete_speculative(EntryId {
+                        layer: il,
+                        expert: e,
+                    });
                 }
-                Err(_) => {
-                    for &e in &experts {
-                        self.cache.cancel_speculative(EntryId {
-                            layer: il,
-                            expert: e,
-                        });
-                    }
+            }
+            Err(_) => {
+                for &e in experts {
+                    self.cache.cancel_speculative(EntryId {
+                        layer: il,
+                        expert: e,
+                    });
                 }
             }
         }
     }
-}
 
-impl Streamer {
+    /// The overlapped form: one unit per entry into the lanes' low-priority queue.
+    fn queue_speculative(&mut self, guesses: &[EntryId], tag: SpecTag) {
+        if self.overlap().is_some_and(|o| o.failed()) {
+            return;
+        }
+        let mut units = Vec::new();
+        for &id in guesses {
+            if !self.cache.insert_speculative(id) {
+                continue;
+            }
+            let (jobs, _) = self.async_jobs(id.layer, &[id.expert], None);
+            if jobs.is_empty() {
+                self.cache.cancel_speculative(id);
+                continue;
+            }
+            units.push(SpecUnit {
+                layer: id.layer,
+                expert: id.expert,
+                tag: tag.code(),
+                jobs,
+            });
+        }
+        let sync = self.spec.as_ref().is_some_and(|s| s.sync);
+        if let Some(s) = self.spec.as_mut() {
+            s.counts.queued += units.len() as u64;
+        }
+        let Some(o) = self.overlap_mut() else { return };
+        o.queue_spec(units);
+        if sync {
+            o.run_spec_here();
+            self.collect_speculative();
+        }
+    }
+
+    /// The start of a real overlapped load: queued units are cancelled (their entries
+    /// forgotten, their slices back to absent) and finished ones join the cache.
+    pub(super) fn settle_speculative(&mut self) {
+        if self.spec.is_none() {
+            return;
+        }
+        let Some(o) = self.overlap() else { return };
+        let cancelled = o.cancel_spec();
+        if let Some(s) = self.spec.as_mut() {
+            s.counts.cancelled += cancelled.len() as u64;
+        }
+        if let Some(book) = self.overlap().and_then(|o| o.book()) {
+            let mut b = book.lock().unwrap_or_else(|e| e.into_inner());
+            for j in cancelled.iter().flat_map(|u| &u.jobs) {
+                b.evicted(j.slice);
+            }
+        }
+        for u in &cancelled {
+            self.cache.cancel_speculative(EntryId {
+                layer: u.layer,
+                expert: u.expert,
+            });
+        }
+        self.collect_speculative();
+    }
+
+    /// Staged overlap: a routing adopted an entry still being read; its pages are written in
+    /// place with no fault to wait on, so the eval thread waits for the reads in flight (at most
+    /// one unit per lane) before the layer computes.
+    pub(super) fn wait_adopted(&mut self, adopted: usize) {
+        if adopted == 0 {
+            return;
+        }
+        if let Some(s) = self.spec.as_mut() {
+            s.counts.adopted += adopted as u64;
+        }
+        let Some(o) = self.overlap_mut() else { return };
+        if o.kind() != OverlapKind::Staged {
+            // userfaultfd: the compute threads wait on the pages themselves
+            return;
+        }
+        o.wait_spec(false);
+        self.collect_speculative();
+    }
+
+    /// Integrates the units the lanes finished: counted, completed in the cache, logged.
+    pub(super) fn collect_speculative(&mut self) {
+        let Some(o) = self.overlap() else { return };
+        let done = o.take_spec_done();
+        let logging = self.io_log.is_some();
+        for d in done {
+            let id = EntryId {
+                layer: d.unit.layer,
+                expert: d.unit.expert,
+            };
+            if d.ok {
+                self.cache.complete_speculative(id);
+                self.stats.spec_read_bytes += self.slice_bytes(id.layer);
+            } else {
+                // the run is failing (the lanes raised the abort); the entry holds no file bytes
+                self.cache.cancel_speculative(id);
+            }
+            if let Some(s) = self.spec.as_mut() {
+                s.counts.completed += 1;
+                if logging {
+                    s.rows.extend(spec_rows(&d));
+                }
+            }
+        }
+    }
+
+    /// The finished speculative reads' io rows since the last call, with their sequence numbers.
+    pub(super) fn take_spec_rows(&mut self) -> Vec<(u64, IoRecord)> {
+        self.spec
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.rows))
+            .unwrap_or_default()
+    }
+
+    /// [`SPEC_COUNTS_ENV`]: the counts line, when asked for.
+    pub(super) fn print_spec_counts(&self) {
+        if let Some(s) = self.spec.as_ref().filter(|s| s.print_counts) {
+            let c = s.counts;
+            eprintln!(
+                "bmoe: test: speculation queued={} cancelled={} adopted={} completed={}",
+                c.queued, c.cancelled, c.adopted, c.completed
+            );
+        }
+    }
+
     /// One expert's slice bytes over every tensor of `layer` (unaligned).
     fn slice_bytes(&self, layer: usize) -> u64 {
         match self.layout.layers.get(layer) {
@@ -96,4 +310,14 @@ impl Streamer {
             _ => 0,
         }
     }
+}
+
+/// A finished unit's io rows (`spec=1`).
+fn spec_rows(d: &SpecDone) -> impl Iterator<Item = (u64, IoRecord)> + '_ {
+    d.unit
+        .jobs
+        .iter()
+        .zip(&d.timings)
+        .zip(&d.seqs)
+        .map(|((j, t), &seq)| (seq, super::io_record(d.unit.layer, j, t, true)))
 }

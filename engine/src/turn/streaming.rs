@@ -71,6 +71,7 @@ pub(super) fn start_streaming(
     let (mut streamer, setup) = Streamer::start(layout, &facts.index, settings, abort)?;
     streamer.set_consumers(&consumers);
     streamer.set_prefetch(sc.prefetch, top_k);
+    streamer.set_prefetch_sync(sc.prefetch_sync);
     for w in &setup.warnings {
         let _ = writeln!(note, "bmoe: warning: {w}");
     }

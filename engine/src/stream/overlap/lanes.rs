@@ -8,12 +8,20 @@
 //! error, raises the context's abort flag, and (under userfaultfd) installs 0xFF pages so that
 //! every waiting thread wakes and the graph stops at its next node; every later job of the run
 //! does the same without reading.
+//!
+//! Speculative reads (`--prefetch` under `--overlap`) wait in a low-priority queue of units (one
+//! cache entry's slices each). A lane takes a unit only when every job of the real batch has
+//! been claimed, and before each slice of its unit it checks again, serving a real batch that
+//! arrived meanwhile first — so a real read never waits behind speculation beyond the one slice a
+//! lane is already reading. Every job start takes a sequence number under one lock, so the io
+//! trace can list reads in the order they started.
 
 use super::book::{FaultBook, SliceId};
 use crate::stream::io::{JobTiming, ReadError, ShardFile};
 use crate::stream::layout::ReadJob;
 use crate::vm::Arena;
 use crate::vm::uffd::{StagingRing, Userfault};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -61,6 +69,33 @@ struct Slot {
     lane: AtomicU64,
     latency_ns: AtomicU64,
     bytes: AtomicU64,
+    seq: AtomicU64,
+}
+
+/// One speculative cache entry's reads: its slices, in the order its matmuls consume them.
+#[derive(Debug, Clone)]
+pub struct SpecUnit {
+    /// The entry's layer.
+    pub layer: usize,
+    /// The entry's expert.
+    pub expert: usize,
+    /// Who guessed it (opaque to the lanes; the streamer's predictor tag).
+    pub tag: u8,
+    /// Its slices' reads.
+    pub jobs: Vec<AsyncJob>,
+}
+
+/// A speculative unit the lanes finished.
+#[derive(Debug, Clone)]
+pub struct SpecDone {
+    /// What was read.
+    pub unit: SpecUnit,
+    /// Per job, its timing.
+    pub timings: Vec<JobTiming>,
+    /// Per job, its start's sequence number (comparable with [`Batch::seqs`]).
+    pub seqs: Vec<u64>,
+    /// Every read succeeded.
+    pub ok: bool,
 }
 
 /// One layer's reads.
@@ -101,6 +136,19 @@ impl Batch {
             })
             .collect()
     }
+
+    /// Each job's start sequence number, in job order (after the batch is done; timed batches).
+    pub fn seqs(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .map(|s| s.seq.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Whether every job has been taken by a lane.
+    fn claimed(&self) -> bool {
+        self.next.load(Ordering::Acquire) >= self.jobs.len()
+    }
 }
 
 /// How finished reads reach the arena.
@@ -113,6 +161,11 @@ pub enum Installer {
         book: Arc<Mutex<FaultBook>>,
         /// The jobs' staging slots.
         ring: Arc<StagingRing>,
+        /// Speculative reads' staging: one slot of `spec_slot` bytes per lane, apart from the
+        /// real batch's slots, which a speculative read may run alongside.
+        spec_ring: Arc<StagingRing>,
+        /// Bytes of one lane's speculative slot (the largest window).
+        spec_slot: usize,
     },
     /// Written in place (the staged overlap).
     InPlace,
@@ -123,6 +176,10 @@ struct PoolState {
     batch: Option<Arc<Batch>>,
     generation: u64,
     shutdown: bool,
+    /// Speculative units not yet taken by a lane.
+    spec: VecDeque<SpecUnit>,
+    /// Speculative units a lane is reading.
+    spec_in_flight: usize,
 }
 
 /// What the lanes share.
@@ -142,6 +199,11 @@ pub struct Shared {
     failed: AtomicBool,
     read_bytes: AtomicU64,
     busy_ns: AtomicU64,
+    /// The next job start's sequence number; taken together with a batch job's claim.
+    order: Mutex<u64>,
+    spec_done: Mutex<Vec<SpecDone>>,
+    /// Test knob: a pause before every speculative read, µs (keeps units in flight longer).
+    spec_delay_us: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -169,6 +231,9 @@ impl Shared {
             failed: AtomicBool::new(false),
             read_bytes: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
+            order: Mutex::new(0),
+            spec_done: Mutex::new(Vec::new()),
+            spec_delay_us: AtomicU64::new(0),
         }
     }
 
@@ -199,8 +264,28 @@ impl Shared {
         self.busy_ns.load(Ordering::Relaxed)
     }
 
+    /// Test knob: sleeps `us` µs before each speculative read.
+    pub fn set_spec_delay_us(&self, us: u64) {
+        self.spec_delay_us.store(us, Ordering::Relaxed);
+    }
+
+    /// The staging slot a job uses: its own ring slot, or (speculative) its lane's slot.
+    fn slot_of<'a>(
+        ring: &'a StagingRing,
+        spec_ring: &'a StagingRing,
+        spec_slot: usize,
+        job: &AsyncJob,
+        spec_lane: Option<usize>,
+    ) -> (&'a StagingRing, usize) {
+        match spec_lane {
+            Some(l) => (spec_ring, l * spec_slot),
+            None => (ring, job.slot),
+        }
+    }
+
     /// Reads (or poisons) one job's window and installs it; returns the bytes read.
-    fn execute(&self, job: &AsyncJob) -> Result<u64, ReadError> {
+    /// `spec_lane`: a speculative read on that lane (staged in the lane's own slot).
+    fn execute(&self, job: &AsyncJob, spec_lane: Option<usize>) -> Result<u64, ReadError> {
         let file = self.files.get(job.read.shard).ok_or_else(|| ReadError {
             path: "<no such shard>".into(),
             offset: job.read.offset,
@@ -210,7 +295,14 @@ impl Shared {
         })?;
         let poison = job.fill == Fill::Poison || self.failed();
         match &self.installer {
-            Installer::Uffd { uffd, book, ring } => {
+            Installer::Uffd {
+                uffd,
+                book,
+                ring,
+                spec_ring,
+                spec_slot,
+            } => {
+                let (ring, slot) = Self::slot_of(ring, spec_ring, *spec_slot, job, spec_lane);
                 let len = job.read.len.div_ceil(crate::vm::PAGE) * crate::vm::PAGE;
                 let io_err = |errno: i32| ReadError {
                     path: file.path().to_path_buf(),
@@ -220,18 +312,18 @@ impl Shared {
                     errno: Some(errno),
                 };
                 let n = if poison {
-                    ring.fill(job.slot, len, 0xFF)
+                    ring.fill(slot, len, 0xFF)
                         .map_err(|e| io_err(e.raw_os_error().unwrap_or(libc::EIO)))?;
                     0
                 } else {
-                    let n = file.read_to_ring(ring, job.slot, &job.read)?;
+                    let n = file.read_to_ring(ring, slot, &job.read)?;
                     // past the file's end: bytes no tensor owns, but never stale ones
-                    ring.fill(job.slot + n.min(len), len - n.min(len), 0)
+                    ring.fill(slot + n.min(len), len - n.min(len), 0)
                         .map_err(|e| io_err(e.raw_os_error().unwrap_or(libc::EIO)))?;
                     n
                 };
                 self.arena
-                    .install_ring(uffd, job.read.addr, ring, job.slot, len)
+                    .install_ring(uffd, job.read.addr, ring, slot, len)
                     .map_err(|e| io_err(e.raw_os_error().unwrap_or(libc::EIO)))?;
                 lock(book).installed(job.slice, Instant::now());
                 Ok(n as u64)
@@ -248,13 +340,21 @@ impl Shared {
     }
 
     /// After a failure: the job's pages hold 0xFF so its waiters wake (the graph is aborting).
-    fn release_waiters(&self, job: &AsyncJob) {
-        if let Installer::Uffd { uffd, book, ring } = &self.installer {
+    fn release_waiters(&self, job: &AsyncJob, spec_lane: Option<usize>) {
+        if let Installer::Uffd {
+            uffd,
+            book,
+            ring,
+            spec_ring,
+            spec_slot,
+        } = &self.installer
+        {
+            let (ring, slot) = Self::slot_of(ring, spec_ring, *spec_slot, job, spec_lane);
             let len = job.read.len.div_ceil(crate::vm::PAGE) * crate::vm::PAGE;
-            let _ = ring.fill(job.slot, len, 0xFF);
+            let _ = ring.fill(slot, len, 0xFF);
             let _ = self
                 .arena
-                .install_ring(uffd, job.read.addr, ring, job.slot, len);
+                .install_ring(uffd, job.read.addr, ring, slot, len);
             lock(book).installed(job.slice, Instant::now());
         }
     }
@@ -273,27 +373,28 @@ impl Shared {
 
     fn drain(&self, batch: &Batch, lane: usize) {
         loop {
-            let i = batch.next.fetch_add(1, Ordering::AcqRel);
+            // the claim and its sequence number together: a speculative start that finds the
+            // batch claimed is numbered after every job of it
+            let (i, seq) = {
+                let mut o = lock(&self.order);
+                let i = batch.next.fetch_add(1, Ordering::AcqRel);
+                if i >= batch.jobs.len() {
+                    return;
+                }
+                *o += 1;
+                (i, *o - 1)
+            };
             let Some(job) = batch.jobs.get(i) else { return };
             let t0 = Instant::now();
             if let Some(l) = batch.lends.get(i) {
                 self.take_lends(l);
             }
-            let got = match self.execute(job) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.fail(e);
-                    self.release_waiters(job);
-                    0
-                }
-            };
-            let ns = t0.elapsed().as_nanos() as u64;
-            self.busy_ns.fetch_add(ns, Ordering::Relaxed);
-            self.read_bytes.fetch_add(got, Ordering::Relaxed);
+            let (got, ns) = self.run_job(job, None, t0);
             if let Some(s) = batch.slots.get(i) {
                 s.lane.store(lane as u64, Ordering::Relaxed);
                 s.latency_ns.store(ns, Ordering::Relaxed);
                 s.bytes.store(got, Ordering::Relaxed);
+                s.seq.store(seq, Ordering::Relaxed);
             }
             if let Some(g) = batch.group_left.get(job.group) {
                 g.fetch_sub(1, Ordering::AcqRel);
@@ -303,6 +404,71 @@ impl Shared {
             let _p = lock(&self.progress);
             self.progressed.notify_all();
         }
+    }
+
+    /// Runs one job (a failure stops the run and wakes its waiters); the bytes read and the
+    /// busy time.
+    /// `t0`: when the lane started on it (lending pages counts as busy too).
+    fn run_job(&self, job: &AsyncJob, spec_lane: Option<usize>, t0: Instant) -> (u64, u64) {
+        let got = match self.execute(job, spec_lane) {
+            Ok(n) => n,
+            Err(e) => {
+                self.fail(e);
+                self.release_waiters(job, spec_lane);
+                0
+            }
+        };
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        self.read_bytes.fetch_add(got, Ordering::Relaxed);
+        (got, ns)
+    }
+
+    /// The sequence number for a speculative read about to start, or the real batch that still
+    /// has jobs nobody took (serve it first).
+    fn claim_spec(&self) -> Result<u64, Arc<Batch>> {
+        let st = lock(&self.state);
+        let mut o = lock(&self.order);
+        if let Some(b) = st.batch.as_ref().filter(|b| !b.claimed()) {
+            return Err(Arc::clone(b));
+        }
+        *o += 1;
+        Ok(*o - 1)
+    }
+
+    /// Reads one speculative unit on `lane`, yielding to real batches between its slices.
+    fn run_spec(&self, unit: SpecUnit, lane: usize) {
+        let mut timings = Vec::with_capacity(unit.jobs.len());
+        let mut seqs = Vec::with_capacity(unit.jobs.len());
+        for job in &unit.jobs {
+            let seq = loop {
+                match self.claim_spec() {
+                    Ok(s) => break s,
+                    Err(b) => self.drain(&b, lane),
+                }
+            };
+            let delay = self.spec_delay_us.load(Ordering::Relaxed);
+            if delay > 0 {
+                std::thread::sleep(std::time::Duration::from_micros(delay));
+            }
+            let (bytes, latency_ns) = self.run_job(job, Some(lane), Instant::now());
+            timings.push(JobTiming {
+                lane: lane as u32,
+                latency_ns,
+                bytes,
+            });
+            seqs.push(seq);
+        }
+        let ok = !self.failed();
+        lock(&self.spec_done).push(SpecDone {
+            unit,
+            timings,
+            seqs,
+            ok,
+        });
+        lock(&self.state).spec_in_flight -= 1;
+        let _p = lock(&self.progress);
+        self.progressed.notify_all();
     }
 }
 
@@ -388,6 +554,62 @@ impl AsyncLanes {
         }
     }
 
+    /// Queues speculative units behind every real batch.
+    pub fn queue_spec(&self, units: Vec<SpecUnit>) {
+        if units.is_empty() {
+            return;
+        }
+        let mut st = lock(&self.shared.state);
+        st.spec.extend(units);
+        self.shared.work.notify_all();
+    }
+
+    /// Takes back the speculative units no lane has started (a real load cancels them).
+    pub fn cancel_spec(&self) -> Vec<SpecUnit> {
+        lock(&self.shared.state).spec.drain(..).collect()
+    }
+
+    /// The speculative units finished since the last call.
+    pub fn take_spec_done(&self) -> Vec<SpecDone> {
+        std::mem::take(&mut *lock(&self.shared.spec_done))
+    }
+
+    /// Reads the queued speculative units on the calling thread (`--prefetch-sync`), numbered as
+    /// the lane after the last worker (its own staging slot), alongside any worker that takes
+    /// some; then waits for those.
+    pub fn run_spec_here(&self) {
+        let me = self.workers.len();
+        loop {
+            let unit = {
+                let mut st = lock(&self.shared.state);
+                let u = st.spec.pop_front();
+                if u.is_some() {
+                    st.spec_in_flight += 1;
+                }
+                u
+            };
+            let Some(u) = unit else { break };
+            self.shared.run_spec(u, me);
+        }
+        self.wait_spec(true);
+    }
+
+    /// Waits until no speculative unit is being read (and, with `queued`, none waits either).
+    pub fn wait_spec(&self, queued: bool) {
+        let busy = || {
+            let st = lock(&self.shared.state);
+            st.spec_in_flight > 0 || (queued && !st.spec.is_empty())
+        };
+        let mut p = lock(&self.shared.progress);
+        while busy() {
+            p = self
+                .shared
+                .progressed
+                .wait(p)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
     /// Waits until every job of `batch` is done.
     pub fn wait_all(&self, batch: &Batch) {
         let mut p = lock(&self.shared.progress);
@@ -401,22 +623,40 @@ impl AsyncLanes {
     }
 }
 
+/// What a lane does next.
+enum Work {
+    Real(Option<Arc<Batch>>),
+    Spec(SpecUnit),
+}
+
 fn worker(shared: &Shared, lane: usize) {
     let mut seen = 0u64;
     loop {
-        let batch = {
+        let work = {
             let mut st = lock(&shared.state);
-            while !st.shutdown && st.generation == seen {
+            loop {
+                if st.shutdown {
+                    return;
+                }
+                if st.generation != seen {
+                    seen = st.generation;
+                    break Work::Real(st.batch.clone());
+                }
+                // this lane has served the current batch; speculation only once all of it is
+                // taken (run_spec checks again before every slice)
+                if st.batch.as_ref().is_none_or(|b| b.claimed())
+                    && let Some(u) = st.spec.pop_front()
+                {
+                    st.spec_in_flight += 1;
+                    break Work::Spec(u);
+                }
                 st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
             }
-            if st.shutdown {
-                return;
-            }
-            seen = st.generation;
-            st.batch.clone()
         };
-        if let Some(b) = batch {
-            shared.drain(&b, lane);
+        match work {
+            Work::Real(Some(b)) => shared.drain(&b, lane),
+            Work::Real(None) => {}
+            Work::Spec(u) => shared.run_spec(u, lane),
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod stall;
 use book::FaultBook;
 use handler::{Handler, SliceWindows};
 use lanes::{AsyncJob, AsyncLanes, Batch, Installer, Lend, Shared};
+pub use lanes::{SpecDone, SpecUnit};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -120,10 +121,14 @@ impl Overlap {
                 let kind = OverlapKind::Uffd(u.install_kind());
                 let u = Arc::new(u);
                 let book = Arc::new(Mutex::new(FaultBook::new(layout)));
+                let spec_slot = windows.max_window().div_ceil(PAGE) * PAGE;
                 let installer = Installer::Uffd {
                     uffd: Arc::clone(&u),
                     book: Arc::clone(&book),
                     ring: Arc::new(StagingRing::new(ring_len)?),
+                    // a slot per lane, and one for the eval thread (`--prefetch-sync`)
+                    spec_ring: Arc::new(StagingRing::new(spec_slot * (n_lanes.clamp(1, 8) + 1))?),
+                    spec_slot,
                 };
                 (kind, installer, Some(book), Some(u))
             }
@@ -315,12 +320,58 @@ impl Overlap {
         self.lanes.shared().failed()
     }
 
-    /// The jobs and timings of the batches finished since the last call (io trace).
-    pub fn take_finished(&mut self) -> Vec<(usize, Vec<AsyncJob>, Vec<JobTiming>)> {
+    /// The jobs, timings and start sequence numbers of the batches finished since the last
+    /// call (io trace).
+    pub fn take_finished(&mut self) -> Vec<FinishedBatch> {
         std::mem::take(&mut self.finished)
             .into_iter()
-            .map(|(layer, b)| (layer, b.jobs().to_vec(), b.timings()))
+            .map(|(layer, b)| FinishedBatch {
+                layer,
+                jobs: b.jobs().to_vec(),
+                timings: b.timings(),
+                seqs: b.seqs(),
+            })
             .collect()
+    }
+
+    /// Queues speculative reads behind every real batch (a lane takes them when idle).
+    pub fn queue_spec(&self, units: Vec<SpecUnit>) {
+        self.lanes.queue_spec(units);
+    }
+
+    /// Cancels the speculative units no lane has started, returning them.
+    pub fn cancel_spec(&self) -> Vec<SpecUnit> {
+        self.lanes.cancel_spec()
+    }
+
+    /// The speculative units finished since the last call.
+    pub fn take_spec_done(&self) -> Vec<SpecDone> {
+        self.lanes.take_spec_done()
+    }
+
+    /// Waits for the speculative units being read (`queued`: and the queued ones). Under the
+    /// staged overlap the eval thread's wait counts as stall, as its group waits do.
+    pub fn wait_spec(&mut self, queued: bool) {
+        let t0 = Instant::now();
+        self.lanes.wait_spec(queued);
+        if self.kind == OverlapKind::Staged {
+            self.staged_stall_ns += t0.elapsed().as_nanos() as u64;
+        }
+    }
+
+    /// `--prefetch-sync`: reads the queued speculative units on the eval thread and waits for
+    /// the ones a lane took.
+    pub fn run_spec_here(&mut self) {
+        let t0 = Instant::now();
+        self.lanes.run_spec_here();
+        if self.kind == OverlapKind::Staged {
+            self.staged_stall_ns += t0.elapsed().as_nanos() as u64;
+        }
+    }
+
+    /// Test knob: a pause before every speculative read, µs.
+    pub fn set_spec_delay_us(&self, us: u64) {
+        self.lanes.shared().set_spec_delay_us(us);
     }
 
     /// Faults on slices no read was scheduled for (userfaultfd; 0 when all is well).
@@ -331,9 +382,24 @@ impl Overlap {
     }
 }
 
+/// A finished real batch, for the io trace.
+pub struct FinishedBatch {
+    /// The layer it served.
+    pub layer: usize,
+    /// Its jobs.
+    pub jobs: Vec<AsyncJob>,
+    /// Per job, its timing.
+    pub timings: Vec<JobTiming>,
+    /// Per job, its start's sequence number.
+    pub seqs: Vec<u64>,
+}
+
 impl Drop for Overlap {
     fn drop(&mut self) {
         self.drain();
+        // no install may reach the arena once it leaves userfaultfd
+        self.lanes.cancel_spec();
+        self.lanes.wait_spec(false);
         if let Some(u) = &self.uffd {
             self.lanes.shared().arena.unregister(u);
         }
