@@ -179,6 +179,12 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
     if o.arch == Arch::Qwen35Moe {
         return super::qwen35moe::build(o);
     }
+    if o.n_mtp_layers > 0 {
+        return Err(GgufError::Invalid(format!(
+            "{} has no MTP head in this synthesiser (only qwen35moe does)",
+            o.arch.gguf_name()
+        )));
+    }
     let a = o.arch.gguf_name();
     let e = o.n_embd;
     let ff = o.n_ff_exp;
