@@ -207,3 +207,70 @@ fn add_ffn(b: &mut Builder, o: &SynthOptions, i: u32) {
     b.add_matrix(p("ffn_gate_inp_shexp.weight"), GgmlType::F32, &[e]);
     b.add_mlp(|w| p(&format!("ffn_{w}_shexp.weight")), o.dense_type, e, fs);
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+    use super::*;
+    use crate::synth::Preset;
+
+    fn u32_key(md: &Metadata, key: &str) -> Option<u32> {
+        md.iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| match v {
+                MetaValue::U32(n) => Some(*n),
+                _ => None,
+            })
+    }
+
+    #[test]
+    fn the_head_is_one_block_after_the_trunk_with_its_nextn_tensors() {
+        let mut o = SynthOptions::preset(Preset::Qwen35MoeTiny);
+        let (md, plain) = build(&o).unwrap();
+        assert_eq!(u32_key(&md, "qwen35moe.block_count"), Some(4));
+        assert_eq!(u32_key(&md, "qwen35moe.nextn_predict_layers"), None);
+        assert!(plain.iter().all(|t| !t.spec.name.contains("nextn")));
+        o.n_mtp_layers = 1;
+        let (md, head) = build(&o).unwrap();
+        assert_eq!(u32_key(&md, "qwen35moe.block_count"), Some(5));
+        assert_eq!(u32_key(&md, "qwen35moe.nextn_predict_layers"), Some(1));
+        let names: Vec<&str> = head.iter().map(|t| t.spec.name.as_str()).collect();
+        for t in [
+            "blk.4.nextn.eh_proj.weight",
+            "blk.4.nextn.enorm.weight",
+            "blk.4.nextn.hnorm.weight",
+            "blk.4.nextn.shared_head_norm.weight",
+            "blk.4.attn_q.weight",
+            "blk.4.ffn_down_exps.weight",
+            "blk.4.ffn_up_shexp.weight",
+        ] {
+            assert!(names.contains(&t), "{t} missing");
+        }
+        // eh_proj maps [embedding ‖ hidden state] (2 × n_embd) to n_embd
+        let eh = head
+            .iter()
+            .find(|t| t.spec.name == "blk.4.nextn.eh_proj.weight")
+            .unwrap();
+        assert_eq!(eh.spec.dims, vec![2 * o.n_embd, o.n_embd]);
+        // the trunk's tensors are the same set as without the head
+        let trunk: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| !n.starts_with("blk.4."))
+            .collect();
+        let before: Vec<&str> = plain.iter().map(|t| t.spec.name.as_str()).collect();
+        assert_eq!(trunk, before);
+    }
+
+    #[test]
+    fn more_than_one_head_block_is_refused() {
+        let mut o = SynthOptions::preset(Preset::Qwen35MoeTiny);
+        o.n_mtp_layers = 2;
+        let e = build(&o).unwrap_err().to_string();
+        assert!(e.contains("single NextN block"), "{e}");
+        let mut o = SynthOptions::preset(Preset::Tiny);
+        o.n_mtp_layers = 1;
+        let e = crate::synth::plan_model(&o, std::path::Path::new("x.gguf")).unwrap_err();
+        assert!(e.to_string().contains("no MTP head"), "{e}");
+    }
+}
