@@ -66,7 +66,7 @@ pub enum EngineError {
     },
     /// `--mtp` on a model with a head that llama.cpp loads, but this build cannot draft from.
     #[error(
-        "--mtp: this '{}' model has an MTP head ({layers} nextn layer(s)) that llama.cpp loads, but this build cannot draft from it — llama.cpp exports the head's hidden-state input (llama_get_embeddings_nextn_ith, llama_set_embeddings_nextn) only with C++ linkage from src/llama-ext.h, and its MTP driver (llama_rs_mtp_speculative_*) is compiled only with llama-cpp-sys-2's `common` feature, which bmoe does not enable",
+        "--mtp: this '{}' model has an MTP head ({layers} nextn layer(s)) that llama.cpp loads and runs, but this build's decode loop does not draft from it yet — the head's draft step exists (ffi::MtpHead: target hidden states → MTP context → drafts), its catch-up after prefill and after each verify decode, and streaming the head's own experts, do not",
         bmoe_gguf::escape(arch)
     )]
     MtpDraftingUnavailable {

@@ -2,9 +2,11 @@
 //! that talks to llama.cpp lives in this module.
 
 mod graph;
+mod mtp;
 mod state;
 
 pub use graph::{EvalHook, Node, WeightRef};
+pub use mtp::MtpHead;
 pub use state::SeqState;
 
 use llama_cpp_sys_2 as ll;
@@ -218,6 +220,13 @@ impl Model {
         // SAFETY: raw is a live context created above and used by nothing else.
         unsafe { ll::llama_free(raw.as_ptr()) };
         true
+    }
+
+    /// Hidden size (`n_embd`).
+    pub fn n_embd(&self) -> usize {
+        // SAFETY: valid model pointer.
+        let n = unsafe { ll::llama_model_n_embd(self.raw.as_ptr()) };
+        usize::try_from(n).unwrap_or(0)
     }
 
     /// Vocabulary size.

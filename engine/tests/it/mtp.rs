@@ -2,14 +2,17 @@
 //! an MTP draft context over it; the head leaves plain runs alone (resident and streamed give
 //! the same tokens, with or without the head); `--mtp` is refused with the precise reason; and
 //! speculation refuses `--feed-random` and a misplaced `--mtp-p-min` instead of ignoring them.
+//! And the head really runs: the target's hidden states feed an MTP context that drafts.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use bmoe_engine::internals::{Model, ModelOptions};
+use bmoe_engine::internals::{Context, ContextOptions, Model, ModelOptions, MoeHook, MtpHead};
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
 
 /// A qwen35moe-tiny with and without the head, same seed (same trunk).
 struct Pair {
@@ -100,7 +103,7 @@ fn mtp_is_refused_with_the_precise_reason() {
     assert!(err.contains("hint:") && err.contains("--ngram"), "{err}");
     let err = stderr_fail(&run(&p.head, &["--mtp", "--draft", "2"]));
     assert!(err.contains("has an MTP head"), "{err}");
-    assert!(err.contains("llama_rs_mtp_speculative"), "{err}");
+    assert!(err.contains("does not draft from it yet"), "{err}");
     assert!(err.contains("hint:"), "{err}");
 }
 
@@ -126,4 +129,68 @@ fn speculation_refuses_feed_random_and_a_misplaced_p_min() {
     assert!(err.contains("without --mtp"), "{err}");
     // --feed-random alone still runs
     stdout_ok(&run(&p.plain, &["--feed-random", "7"]));
+}
+
+fn argmax(l: &[f32]) -> usize {
+    (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b })
+}
+
+#[test]
+fn the_head_drafts_from_the_targets_hidden_states_and_its_kv_trims() {
+    let p = pair();
+    let opts = ModelOptions {
+        load_mtp: true,
+        ..ModelOptions::default()
+    };
+    let m = Model::load(&p.head, &opts).unwrap();
+    let copts = ContextOptions {
+        n_ctx: 128,
+        n_batch: 128,
+        n_ubatch: 128,
+        n_threads: 2,
+    };
+    let mut tgt: Context<'_, MoeHook> =
+        Context::new(&m, copts, None, Arc::new(AtomicBool::new(false))).unwrap();
+    tgt.keep_nextn_states();
+    let prompt = [97, 98, 99, 97];
+    tgt.decode(&mut prompt.clone()).unwrap();
+    // every position's state is kept (unmasked), not only the one with logits
+    let h: Vec<Vec<f32>> = (0..4)
+        .map(|i| tgt.nextn_state(i).unwrap().to_vec())
+        .collect();
+    assert!(
+        h.iter()
+            .all(|r| r.len() == m.n_embd() && r.iter().all(|x| x.is_finite()))
+    );
+    assert_ne!(h[0], h[3], "states of different positions are equal");
+    let next = argmax(tgt.last_logits()) as i32;
+
+    let mut head = MtpHead::new(&m, 128, 2).unwrap();
+    // catch-up: the token at position p pairs with the target's state of p − 1
+    let toks = [prompt[1], prompt[2], prompt[3], next];
+    let rows: Vec<&[f32]> = h.iter().map(Vec::as_slice).collect();
+    head.process(&toks, &rows, 1).unwrap();
+    let l1 = head.logits().to_vec();
+    assert_eq!(l1.len(), m.n_vocab());
+    assert!(l1.iter().all(|x| x.is_finite()));
+    let d1 = argmax(&l1) as i32;
+    let s1 = head.state().unwrap().to_vec();
+    assert!(s1.len() == m.n_embd() && s1.iter().all(|x| x.is_finite()));
+    // the second draft step pairs the first draft with the head's own state
+    head.process(&[d1], &[&s1], 5).unwrap();
+    let l2 = head.logits().to_vec();
+    // rejecting that draft trims the head's KV: the same step again gives the same logits
+    assert!(head.seq_rm(5));
+    head.process(&[d1], &[&s1], 5).unwrap();
+    assert_eq!(
+        head.logits(),
+        &l2[..],
+        "the trimmed KV still held the rejected draft"
+    );
+    // a state of the wrong width is refused, not read out of bounds
+    assert!(head.process(&[d1], &[&s1[..8]], 6).is_err());
+
+    // the control: no head, no MTP context
+    let plain = Model::load(&p.plain, &opts).unwrap();
+    assert!(MtpHead::new(&plain, 128, 2).is_err());
 }
