@@ -56,12 +56,24 @@ pub enum EngineError {
     },
     /// `--mtp` on a model this build cannot draft from with an MTP head.
     #[error(
-        "--mtp: no MTP head drafting for architecture '{}' in this build — the vendored llama.cpp's MTP graphs cover archs (qwen35moe, glm4moe, …) whose heads bmoe cannot load or synthesise yet",
+        "--mtp needs a model with a trained MTP head, but this '{}' model has none ({}.nextn_predict_layers is absent or 0)",
+        bmoe_gguf::escape(arch),
         bmoe_gguf::escape(arch)
     )]
     NoMtpHead {
         /// `general.architecture`.
         arch: String,
+    },
+    /// `--mtp` on a model with a head that llama.cpp loads, but this build cannot draft from.
+    #[error(
+        "--mtp: this '{}' model has an MTP head ({layers} nextn layer(s)) that llama.cpp loads and runs, but this build's decode loop does not draft from it yet — the head's draft step exists (ffi::MtpHead: target hidden states → MTP context → drafts), its catch-up after prefill and after each verify decode, and streaming the head's own experts, do not",
+        bmoe_gguf::escape(arch)
+    )]
+    MtpDraftingUnavailable {
+        /// `general.architecture`.
+        arch: String,
+        /// `<arch>.nextn_predict_layers`.
+        layers: i64,
     },
     /// `--n-expert-used` above the model's expert count.
     #[error("--n-expert-used={k} exceeds the model's expert count ({n})")]
@@ -182,6 +194,7 @@ impl EngineError {
             E::NoRecipe { .. } => "run without --moe-stream (plain llama.cpp), or see --list-archs for the architectures this build streams".into(),
             E::NotMoe { .. } => "drop --n-expert-used for dense models".into(),
             E::NoMtpHead { .. } => "use --ngram (prompt-lookup drafts need no head), or run without --mtp".into(),
+            E::MtpDraftingUnavailable { .. } => "use --ngram (same verify loop, drafts by prompt lookup), or run without --mtp".into(),
             E::TooManyExpertsUsed { n, .. } => format!("use a value in 1..={n}"),
             E::Output(e) => e.hint(),
             E::Load(_) | E::Capture(_) => llama_reason_hint().into(),

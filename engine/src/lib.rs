@@ -39,7 +39,7 @@ pub use turn::{Engine, run};
 pub mod internals {
     pub use crate::chat::{ChatTemplate, Message, ThinkCtl};
     pub use crate::decide::{DecideError, DecideSetup, PrefixState, decide};
-    pub use crate::ffi::{Context, ContextOptions, Model, ModelOptions, Token, WeightRef};
+    pub use crate::ffi::{Context, ContextOptions, Model, ModelOptions, MtpHead, Token, WeightRef};
     pub use crate::graph::hook::MoeHook;
     pub use crate::turn::logits_hash;
     pub use crate::vm::{AlignedBuf, Arena, PAGE};

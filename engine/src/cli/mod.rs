@@ -120,7 +120,7 @@ impl Cli {
         let shape = self.model.resolve()?;
         let prompt = self.model.prompt()?;
         let sampling = self.sampling.resolve()?;
-        let spec = self.spec.resolve(&sampling)?;
+        let spec = self.spec.resolve(&sampling, self.sampling.feed_random)?;
         let stream = self.stream.resolve()?;
         let routing = self.routing.resolve(stream.as_ref())?;
         let poison = self.testing.poison()?;

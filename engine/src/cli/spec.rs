@@ -19,13 +19,17 @@ pub struct SpecArgs {
     /// Most tokens one speculation step drafts
     #[arg(long = "draft", default_value_t = 3, value_name = "N")]
     pub draft: u32,
+    /// `--mtp`: stop a draft at the first token whose head probability is below P (0..=1; 0
+    /// drafts the full --draft N)
+    #[arg(long = "mtp-p-min", default_value_t = 0.0, value_name = "P")]
+    pub mtp_p_min: f32,
     /// `--ngram`: the shortest suffix match that drafts (1..=12)
     #[arg(long = "ngram-min-match", default_value_t = 2, value_name = "M")]
     pub ngram_min_match: u32,
 }
 
 /// Speculation as resolved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Spec {
     /// One decode per token.
     #[default]
@@ -41,6 +45,8 @@ pub enum Spec {
     Mtp {
         /// Most drafted tokens per step.
         draft: u32,
+        /// Draft-token probability floor (`--mtp-p-min`).
+        p_min: f32,
     },
 }
 
@@ -58,7 +64,15 @@ impl Spec {
     pub fn draft_max(&self) -> u32 {
         match *self {
             Spec::Off => 0,
-            Spec::Ngram { draft, .. } | Spec::Mtp { draft } => draft,
+            Spec::Ngram { draft, .. } | Spec::Mtp { draft, .. } => draft,
+        }
+    }
+
+    /// The preamble's `mtp_p_min=` (0 unless `--mtp`).
+    pub fn p_min(&self) -> f32 {
+        match *self {
+            Spec::Mtp { p_min, .. } => p_min,
+            _ => 0.0,
         }
     }
 
@@ -77,11 +91,35 @@ pub const NGRAM_MAX_MATCH: u32 = 12;
 impl SpecArgs {
     /// The source and its limits; speculation verifies against the argmax, so it refuses a
     /// sampled run rather than silently verifying against something else.
-    pub(super) fn resolve(&self, sampling: &Sampling) -> Result<Spec, ConfigError> {
+    /// `--feed-random` feeds tokens that are not the argmax, which no draft could be verified
+    /// against, so the pair is refused instead of speculation silently turning itself off.
+    pub(super) fn resolve(
+        &self,
+        sampling: &Sampling,
+        feed_random: Option<u64>,
+    ) -> Result<Spec, ConfigError> {
         if !self.ngram && !self.mtp {
+            if self.mtp_p_min != 0.0 {
+                return Err(ConfigError::new(
+                    "--mtp-p-min",
+                    format!("--mtp-p-min {} is set without --mtp", self.mtp_p_min),
+                    "add --mtp, or drop --mtp-p-min",
+                ));
+            }
             return Ok(Spec::Off);
         }
         let flag = if self.ngram { "--ngram" } else { "--mtp" };
+        if feed_random.is_some() {
+            return Err(ConfigError::new(
+                flag,
+                format!(
+                    "{flag} and --feed-random cannot be combined: --feed-random feeds seeded random tokens, not the argmax a draft is verified against"
+                ),
+                format!(
+                    "drop --feed-random (a repetitive prompt gives {flag} real verify decodes), or drop {flag}"
+                ),
+            ));
+        }
         if let Sampling::Sample { temp, .. } = sampling {
             return Err(ConfigError::new(
                 flag,
@@ -97,7 +135,28 @@ impl SpecArgs {
             ));
         }
         if self.mtp {
-            return Ok(Spec::Mtp { draft: self.draft });
+            // written so that NaN fails too
+            if !(0.0..=1.0).contains(&self.mtp_p_min) {
+                return Err(ConfigError::new(
+                    "--mtp-p-min",
+                    format!("--mtp-p-min must be in [0, 1] (got {})", self.mtp_p_min),
+                    "a probability, e.g. --mtp-p-min 0.5 (0 drafts the full --draft N)",
+                ));
+            }
+            return Ok(Spec::Mtp {
+                draft: self.draft,
+                p_min: self.mtp_p_min,
+            });
+        }
+        if self.mtp_p_min != 0.0 {
+            return Err(ConfigError::new(
+                "--mtp-p-min",
+                format!(
+                    "--mtp-p-min {} applies to --mtp only, not --ngram",
+                    self.mtp_p_min
+                ),
+                "drop --mtp-p-min (--ngram drafts have no probability)",
+            ));
         }
         if !(1..=NGRAM_MAX_MATCH).contains(&self.ngram_min_match) {
             return Err(ConfigError::new(

@@ -2,9 +2,11 @@
 //! that talks to llama.cpp lives in this module.
 
 mod graph;
+mod mtp;
 mod state;
 
 pub use graph::{EvalHook, Node, WeightRef};
+pub use mtp::MtpHead;
 pub use state::SeqState;
 
 use llama_cpp_sys_2 as ll;
@@ -101,6 +103,8 @@ fn c_path(path: &Path) -> Result<CString, LlamaError> {
 pub struct ModelOptions {
     /// Override of `<arch>.expert_used_count` (the routing top-k), if any.
     pub expert_used_override: Option<(String, i64)>,
+    /// Load the MTP (NextN) head blocks too (`load_mtp`); off, llama.cpp skips their tensors.
+    pub load_mtp: bool,
 }
 
 /// A loaded model: mmap load mode, no lazy tensors, no repacked buffers, CPU only — so every
@@ -137,6 +141,7 @@ impl Model {
         mp.lazy_mode = ll::LLAMA_LAZY_MODE_OFF;
         mp.use_extra_bufts = false;
         mp.n_gpu_layers = 0;
+        mp.load_mtp = opts.load_mtp;
         if !overrides.is_empty() {
             mp.kv_overrides = overrides.as_ptr();
         }
@@ -185,6 +190,42 @@ impl Model {
     pub fn n_layer(&self) -> usize {
         // SAFETY: valid model pointer.
         let n = unsafe { ll::llama_model_n_layer(self.raw.as_ptr()) };
+        usize::try_from(n).unwrap_or(0)
+    }
+
+    /// Number of MTP (NextN) head blocks after the trunk (`<arch>.nextn_predict_layers`).
+    pub fn n_layer_nextn(&self) -> usize {
+        // SAFETY: valid model pointer.
+        let n = unsafe { ll::llama_model_n_layer_nextn(self.raw.as_ptr()) };
+        usize::try_from(n).unwrap_or(0)
+    }
+
+    /// Whether llama.cpp builds an MTP draft context (`ctx_type = LLAMA_CONTEXT_TYPE_MTP`) over
+    /// this model, which needs the head loaded (`load_mtp`); the context is freed again at once.
+    pub fn mtp_context_builds(&self, n_ctx: u32) -> bool {
+        // SAFETY: returns a plain struct of defaults.
+        let mut cp = unsafe { ll::llama_context_default_params() };
+        cp.n_ctx = n_ctx;
+        cp.n_batch = n_ctx;
+        cp.n_ubatch = n_ctx;
+        cp.n_threads = 1;
+        cp.n_threads_batch = 1;
+        cp.no_perf = true;
+        cp.ctx_type = ll::LLAMA_CONTEXT_TYPE_MTP;
+        // SAFETY: the model pointer is valid for the call; cp is fully initialised.
+        let raw = unsafe { ll::llama_init_from_model(self.raw.as_ptr(), cp) };
+        let Some(raw) = NonNull::new(raw) else {
+            return false;
+        };
+        // SAFETY: raw is a live context created above and used by nothing else.
+        unsafe { ll::llama_free(raw.as_ptr()) };
+        true
+    }
+
+    /// Hidden size (`n_embd`).
+    pub fn n_embd(&self) -> usize {
+        // SAFETY: valid model pointer.
+        let n = unsafe { ll::llama_model_n_embd(self.raw.as_ptr()) };
         usize::try_from(n).unwrap_or(0)
     }
 

@@ -17,6 +17,8 @@ pub struct ModelFacts {
     pub expert_count: Option<i64>,
     /// `<arch>.expert_used_count`, if MoE.
     pub expert_used: Option<i64>,
+    /// `<arch>.nextn_predict_layers`: MTP head blocks after the trunk (0 without a head).
+    pub mtp_layers: i64,
 }
 
 /// Why `-m/--model` is not a model bmoe can read.
@@ -114,6 +116,7 @@ pub fn read_facts(path: &Path) -> Result<ModelFacts, ModelError> {
     Ok(ModelFacts {
         expert_count: int(format!("{arch}.expert_count")),
         expert_used: int(format!("{arch}.expert_used_count")),
+        mtp_layers: int(format!("{arch}.nextn_predict_layers")).unwrap_or(0),
         index,
         arch,
     })

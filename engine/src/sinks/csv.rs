@@ -295,7 +295,7 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
         ))),
         spec: Some(cfg.spec.name().to_string()),
         spec_draft_max: Some(u64::from(cfg.spec.draft_max())),
-        mtp_p_min: Some(0.0),
+        mtp_p_min: Some(as_typed(cfg.spec.p_min())),
         ngram_min_match: Some(u64::from(cfg.spec.min_match())),
         extra: {
             let mut m = cgroup_keys(crate::memory::picture::cgroup_memory().as_ref());

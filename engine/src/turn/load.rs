@@ -65,8 +65,14 @@ pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
 fn model_options(cfg: &RunConfig, facts: &ModelFacts) -> Result<ModelOptions, EngineError> {
     let mut opts = ModelOptions::default();
     if matches!(cfg.spec, crate::cli::Spec::Mtp { .. }) {
-        return Err(EngineError::NoMtpHead {
+        if facts.mtp_layers <= 0 {
+            return Err(EngineError::NoMtpHead {
+                arch: facts.arch.clone(),
+            });
+        }
+        return Err(EngineError::MtpDraftingUnavailable {
             arch: facts.arch.clone(),
+            layers: facts.mtp_layers,
         });
     }
     if let Some(k) = cfg.n_expert_used {

@@ -21,6 +21,28 @@ use std::time::Instant;
 /// confirmed token.
 pub(super) type Verified = (Decoded, Vec<Token>, Token);
 
+/// Where a speculation step's drafts come from. Everything around it — the verify decode of
+/// `[tok, drafts…]`, acceptance against the argmax, the KV trim, the accounting — is shared
+/// ([`Engine::verify`]), so a second source (the MTP head, once this build can run it; see
+/// `EngineError::MtpDraftingUnavailable`) only has to say what to draft.
+pub(super) trait DraftSource {
+    /// Up to `n` drafts to follow `history` (prompt + generated text, ending with the token
+    /// about to be decoded); empty decodes plainly.
+    fn draft(&mut self, history: &[Token], n: usize) -> Vec<Token>;
+}
+
+/// Prompt lookup (`--ngram`): [`ngram_draft`] over the history.
+pub(super) struct NgramSource {
+    /// The shortest suffix match that drafts.
+    pub(super) min_match: usize,
+}
+
+impl DraftSource for NgramSource {
+    fn draft(&mut self, history: &[Token], n: usize) -> Vec<Token> {
+        ngram_draft(history, self.min_match, NGRAM_MAX_MATCH as usize, n)
+    }
+}
+
 /// The n-gram source: for the longest suffix of `history` (between `min` and `max` tokens)
 /// that also occurs earlier, the up to `n` tokens that followed its most recent earlier
 /// occurrence (which may overlap the suffix itself). Empty when no suffix of `min` tokens
@@ -63,6 +85,9 @@ impl Engine<'_> {
         let Spec::Ngram { draft, min_match } = self.cfg.spec else {
             return (Vec::new(), 0.0);
         };
+        let mut source = NgramSource {
+            min_match: min_match as usize,
+        };
         if !self.spec_on() {
             return (Vec::new(), 0.0);
         }
@@ -78,7 +103,7 @@ impl Engine<'_> {
             Vec::new()
         } else {
             let history: Vec<Token> = turn.tokens.iter().chain(generated).copied().collect();
-            ngram_draft(&history, min_match as usize, NGRAM_MAX_MATCH as usize, n)
+            source.draft(&history, n)
         };
         let secs = t0.elapsed().as_secs_f64();
         if let Some(sp) = lp.spec_mut() {

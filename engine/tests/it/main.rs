@@ -12,6 +12,7 @@ mod digest;
 mod full_disk;
 mod gates;
 mod hostile_model;
+mod mtp;
 mod overlap;
 mod prefetch;
 mod reasoning;

@@ -76,6 +76,9 @@ pub struct SynthArgs {
     /// Router skew s ≥ 0: per-expert router gain ∝ (rank+1)^-s, Zipf-like popularity.
     #[arg(long)]
     pub router_skew: Option<f32>,
+    /// MTP (NextN) head blocks after the trunk, for `--mtp` drafting (qwen35moe presets; 0 or 1).
+    #[arg(long)]
+    pub mtp_layers: Option<u32>,
     /// Split into N shards (<name>-00001-of-0000N.gguf …).
     #[arg(long)]
     pub split: Option<u32>,
@@ -124,6 +127,7 @@ impl SynthArgs {
             kv_heads => n_head_kv, head_dim => head_dim, ctx => n_ctx, vocab_extra => vocab_extra,
             expert_quant => expert_type, dense_quant => dense_type, seed => seed,
             router_skew => router_skew, split => n_split, alignment => alignment,
+            mtp_layers => n_mtp_layers,
         );
         o
     }

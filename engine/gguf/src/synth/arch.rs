@@ -192,6 +192,12 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
     if o.arch == Arch::Qwen35Moe {
         return super::qwen35moe::build(o);
     }
+    if o.n_mtp_layers > 0 {
+        return Err(GgufError::Invalid(format!(
+            "{} has no MTP head in this synthesiser (only qwen35moe does)",
+            o.arch.gguf_name()
+        )));
+    }
     if o.arch == Arch::DeepSeek4 {
         return super::deepseek4::build(o);
     }

@@ -176,6 +176,9 @@ pub struct SynthOptions {
     pub n_split: u32,
     /// Data alignment (4096 keeps expert slices page-aligned when their size allows).
     pub alignment: u64,
+    /// MTP (NextN) head blocks appended after the trunk (qwen35moe only; llama.cpp runs at most
+    /// one). 0 = no head, the file every other preset writes.
+    pub n_mtp_layers: u32,
 }
 
 impl SynthOptions {
@@ -201,6 +204,7 @@ impl SynthOptions {
             router_skew: 0.0,
             n_split: 1,
             alignment: 4096,
+            n_mtp_layers: 0,
         };
         match p {
             Preset::Tiny => tiny,

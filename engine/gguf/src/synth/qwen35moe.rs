@@ -2,7 +2,11 @@
 //! (`src/models/qwen35moe.cpp` `load_arch_hparams` / `load_arch_tensors`): three of every four
 //! layers are gated-delta-net linear attention (`ssm_*`, fused `attn_qkv` + `attn_gate`), every
 //! fourth a gated full attention layer (q carries its gate: 2 × heads × head dim); every layer
-//! has routed experts plus a dense shared expert with a sigmoid gate. No MTP head is written.
+//! has routed experts plus a dense shared expert with a sigmoid gate. With `n_mtp_layers = 1` an MTP
+//! (NextN) head follows the trunk as block `n_layer` (`block_count` counts it,
+//! `nextn_predict_layers` = 1): a full-attention decoder block with routed + shared experts and
+//! the `nextn.{eh_proj,enorm,hnorm,shared_head_norm}` tensors (`load_block_mtp`); it reuses
+//! `token_embd` and `output` (the optional `nextn.embed_tokens` / `shared_head_head` are omitted).
 
 use super::arch::{Builder, Metadata, inv_sqrt, leading_keys};
 use super::init::Init;
@@ -36,7 +40,6 @@ fn linear_shape(n_embd: u64) -> (u64, u64, u64) {
 pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> {
     let a = "qwen35moe";
     let (e, ff, hd, fs) = (o.n_embd, o.n_ff_exp, o.head_dim, o.n_ff_shexp);
-    let ne = u64::from(o.n_expert);
     if o.n_layer < FULL_ATTN_INTERVAL {
         return Err(GgufError::Invalid(format!(
             "qwen35moe needs ≥ {FULL_ATTN_INTERVAL} layers (the 4th is the first full-attention layer), got {}",
@@ -58,6 +61,12 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         (half - 2 * half.div_ceil(3)) as i32,
         0,
     ];
+    if o.n_mtp_layers > 1 {
+        return Err(GgufError::Invalid(format!(
+            "qwen35moe: llama.cpp's MTP graph runs a single NextN block, got n_mtp_layers {}",
+            o.n_mtp_layers
+        )));
+    }
     let (nk, nvh, dh) = linear_shape(e);
     let (key_dim, value_dim) = (nk * dh, nvh * dh);
     let conv_dim = 2 * key_dim + value_dim;
@@ -65,6 +74,15 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
     let nv = vocab.len();
     let kv = |k: &str| format!("{a}.{k}");
     let mut md = leading_keys(a, o);
+    if o.n_mtp_layers > 0 {
+        // llama.cpp: n_layer() = block_count − nextn_predict_layers; the head is the last block
+        for (k, v) in md.iter_mut() {
+            if *k == kv("block_count") {
+                *v = MetaValue::U32(o.n_layer + o.n_mtp_layers);
+            }
+        }
+        md.push((kv("nextn_predict_layers"), MetaValue::U32(o.n_mtp_layers)));
+    }
     md.extend([
         (
             kv("feed_forward_length"),
@@ -108,8 +126,7 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         MetaValue::F32(o.router_skew),
     ));
 
-    let (f32t, dt, xt) = (GgmlType::F32, o.dense_type, o.expert_type);
-    let (q_dim, kv_dim) = (o.n_head * hd, o.n_head_kv * hd);
+    let (f32t, dt) = (GgmlType::F32, o.dense_type);
     let mut b = Builder {
         tensors: Vec::new(),
     };
@@ -144,22 +161,116 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
             b.add(p("ssm_norm.weight"), f32t, &[dh], Init::Ones);
             b.add_matrix(p("ssm_out.weight"), dt, &[value_dim, e]);
         } else {
-            b.add_matrix(p("attn_q.weight"), dt, &[e, 2 * q_dim]);
-            b.add_matrix(p("attn_k.weight"), dt, &[e, kv_dim]);
-            b.add_matrix(p("attn_v.weight"), dt, &[e, kv_dim]);
-            b.add_matrix(p("attn_output.weight"), dt, &[q_dim, e]);
-            b.add(p("attn_q_norm.weight"), f32t, &[hd], Init::Ones);
-            b.add(p("attn_k_norm.weight"), f32t, &[hd], Init::Ones);
+            add_full_attention(&mut b, o, i);
         }
-        b.add_router(p("ffn_gate_inp.weight"), o, i);
-        b.add_matrix(p("ffn_gate_exps.weight"), xt, &[e, ff, ne]);
-        b.add_matrix(p("ffn_up_exps.weight"), xt, &[e, ff, ne]);
-        b.add_matrix(p("ffn_down_exps.weight"), xt, &[ff, e, ne]);
-        b.add_matrix(p("ffn_gate_inp_shexp.weight"), f32t, &[e]);
-        b.add_mlp(|w| p(&format!("ffn_{w}_shexp.weight")), dt, e, fs);
+        add_ffn(&mut b, o, i);
+    }
+    for i in o.n_layer..o.n_layer + o.n_mtp_layers {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);
+        b.add(p("post_attention_norm.weight"), f32t, &[e], Init::Ones);
+        add_full_attention(&mut b, o, i);
+        add_ffn(&mut b, o, i);
+        b.add_matrix(p("nextn.eh_proj.weight"), dt, &[2 * e, e]);
+        b.add(p("nextn.enorm.weight"), f32t, &[e], Init::Ones);
+        b.add(p("nextn.hnorm.weight"), f32t, &[e], Init::Ones);
+        b.add(p("nextn.shared_head_norm.weight"), f32t, &[e], Init::Ones);
     }
     for t in &b.tensors {
         t.spec.n_bytes()?;
     }
     Ok((md, b.tensors))
+}
+
+/// A gated full-attention block's tensors (q carries its gate: 2 × heads × head dim).
+fn add_full_attention(b: &mut Builder, o: &SynthOptions, i: u32) {
+    let (e, hd, dt) = (o.n_embd, o.head_dim, o.dense_type);
+    let (q_dim, kv_dim) = (o.n_head * hd, o.n_head_kv * hd);
+    let p = |s: &str| format!("blk.{i}.{s}");
+    b.add_matrix(p("attn_q.weight"), dt, &[e, 2 * q_dim]);
+    b.add_matrix(p("attn_k.weight"), dt, &[e, kv_dim]);
+    b.add_matrix(p("attn_v.weight"), dt, &[e, kv_dim]);
+    b.add_matrix(p("attn_output.weight"), dt, &[q_dim, e]);
+    b.add(p("attn_q_norm.weight"), GgmlType::F32, &[hd], Init::Ones);
+    b.add(p("attn_k_norm.weight"), GgmlType::F32, &[hd], Init::Ones);
+}
+
+/// Routed experts plus the sigmoid-gated shared expert of block `i`.
+fn add_ffn(b: &mut Builder, o: &SynthOptions, i: u32) {
+    let (e, ff, fs, xt) = (o.n_embd, o.n_ff_exp, o.n_ff_shexp, o.expert_type);
+    let ne = u64::from(o.n_expert);
+    let p = |s: &str| format!("blk.{i}.{s}");
+    b.add_router(p("ffn_gate_inp.weight"), o, i);
+    b.add_matrix(p("ffn_gate_exps.weight"), xt, &[e, ff, ne]);
+    b.add_matrix(p("ffn_up_exps.weight"), xt, &[e, ff, ne]);
+    b.add_matrix(p("ffn_down_exps.weight"), xt, &[ff, e, ne]);
+    b.add_matrix(p("ffn_gate_inp_shexp.weight"), GgmlType::F32, &[e]);
+    b.add_mlp(|w| p(&format!("ffn_{w}_shexp.weight")), o.dense_type, e, fs);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+    use super::*;
+    use crate::synth::Preset;
+
+    fn u32_key(md: &Metadata, key: &str) -> Option<u32> {
+        md.iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| match v {
+                MetaValue::U32(n) => Some(*n),
+                _ => None,
+            })
+    }
+
+    #[test]
+    fn the_head_is_one_block_after_the_trunk_with_its_nextn_tensors() {
+        let mut o = SynthOptions::preset(Preset::Qwen35MoeTiny);
+        let (md, plain) = build(&o).unwrap();
+        assert_eq!(u32_key(&md, "qwen35moe.block_count"), Some(4));
+        assert_eq!(u32_key(&md, "qwen35moe.nextn_predict_layers"), None);
+        assert!(plain.iter().all(|t| !t.spec.name.contains("nextn")));
+        o.n_mtp_layers = 1;
+        let (md, head) = build(&o).unwrap();
+        assert_eq!(u32_key(&md, "qwen35moe.block_count"), Some(5));
+        assert_eq!(u32_key(&md, "qwen35moe.nextn_predict_layers"), Some(1));
+        let names: Vec<&str> = head.iter().map(|t| t.spec.name.as_str()).collect();
+        for t in [
+            "blk.4.nextn.eh_proj.weight",
+            "blk.4.nextn.enorm.weight",
+            "blk.4.nextn.hnorm.weight",
+            "blk.4.nextn.shared_head_norm.weight",
+            "blk.4.attn_q.weight",
+            "blk.4.ffn_down_exps.weight",
+            "blk.4.ffn_up_shexp.weight",
+        ] {
+            assert!(names.contains(&t), "{t} missing");
+        }
+        // eh_proj maps [embedding ‖ hidden state] (2 × n_embd) to n_embd
+        let eh = head
+            .iter()
+            .find(|t| t.spec.name == "blk.4.nextn.eh_proj.weight")
+            .unwrap();
+        assert_eq!(eh.spec.dims, vec![2 * o.n_embd, o.n_embd]);
+        // the trunk's tensors are the same set as without the head
+        let trunk: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| !n.starts_with("blk.4."))
+            .collect();
+        let before: Vec<&str> = plain.iter().map(|t| t.spec.name.as_str()).collect();
+        assert_eq!(trunk, before);
+    }
+
+    #[test]
+    fn more_than_one_head_block_is_refused() {
+        let mut o = SynthOptions::preset(Preset::Qwen35MoeTiny);
+        o.n_mtp_layers = 2;
+        let e = build(&o).unwrap_err().to_string();
+        assert!(e.contains("single NextN block"), "{e}");
+        let mut o = SynthOptions::preset(Preset::Tiny);
+        o.n_mtp_layers = 1;
+        let e = crate::synth::plan_model(&o, std::path::Path::new("x.gguf")).unwrap_err();
+        assert!(e.to_string().contains("no MTP head"), "{e}");
+    }
 }
