@@ -10,6 +10,7 @@ mod habits;
 mod memory;
 mod model;
 mod outputs;
+mod predict;
 mod routing;
 mod sampling;
 mod session;
@@ -47,6 +48,8 @@ pub struct Cli {
     spec: spec::SpecArgs,
     #[command(flatten, next_help_heading = "Expert streaming")]
     stream: streaming::StreamArgs,
+    #[command(flatten, next_help_heading = "Expert streaming")]
+    predict: predict::PredictArgs,
     #[command(flatten, next_help_heading = "Routing edits (lossy or replayed)")]
     routing: routing::RoutingArgs,
     #[command(flatten, next_help_heading = "Memory")]
@@ -123,6 +126,7 @@ impl Cli {
         let spec = self.spec.resolve(&sampling)?;
         let stream = self.stream.resolve()?;
         let routing = self.routing.resolve(stream.as_ref())?;
+        let predict = self.predict.resolve(stream.as_ref())?;
         let poison = self.testing.poison()?;
         let dense_weights = self.memory.resolve()?;
         self.check_prerequisites(stream.is_some(), poison.is_some())?;
@@ -142,6 +146,7 @@ impl Cli {
             progress: self.outputs.progress,
             stream,
             routing,
+            predict,
             feed_random: self.sampling.feed_random,
             ignore_eos: self.sampling.ignore_eos,
             dump_logits_hash: self.outputs.dump_logits_hash,

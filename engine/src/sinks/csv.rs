@@ -276,9 +276,14 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
         io_two_wave: Some(false),
         prefetch: Some(sc.map_or(0, |s| s.prefetch as u64)),
         route_ahead: Some(0),
-        predict_prefetch: Some(false),
-        predict_log: Some(false),
-        predict_spec_max: Some(0),
+        predict_prefetch: Some(cfg.predict.prefetch),
+        predict_log: Some(cfg.predict.log),
+        // the cap in effect: none without the prefetcher
+        predict_spec_max: Some(if cfg.predict.prefetch {
+            cfg.predict.spec_max as u64
+        } else {
+            0
+        }),
         prefetch_sync: Some(sc.is_some_and(|s| s.prefetch_sync)),
         dense_weights: Some(r.dense_weights.as_str().to_string()),
         drop_cold_frac: Some(as_typed(cfg.routing.edits.drop_frac)),
@@ -511,6 +516,7 @@ mod tests {
                 drop_frac: 0.5,
             }),
             spec: None,
+            predict: None,
         };
         sink.write_summary(&trailer(&summary, &TrailerContext::default()))
             .unwrap();

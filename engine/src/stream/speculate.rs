@@ -43,6 +43,38 @@ impl Streamer {
             .candidates(layer, |id| cache.is_resident(id) || cache.is_in_flight(id));
         let n_used = spec.n_used;
         spec.predictor.record(layer, ids, n_used);
+        self.read_ahead(wanted);
+    }
+
+    /// `--predict-prefetch`: after the previous layer's load, the stale gate's guess at
+    /// `layer`'s routing (`ranked`, best first): the resident guesses are kept warm (moved to
+    /// the LRU's front, not counted as hits), and the misses, at most `spec_max` of them, are
+    /// read ahead as speculative entries. A failed read is forgotten, as with `--prefetch`.
+    pub fn predict_ahead(&mut self, layer: usize, ranked: &[i32], spec_max: usize) {
+        if !matches!(self.layout.layers.get(layer), Some(Some(_))) {
+            return;
+        }
+        let n_expert = self.layout.n_expert;
+        let mut wanted = Vec::new();
+        for &e in ranked {
+            let Ok(expert) = usize::try_from(e) else {
+                continue;
+            };
+            if expert >= n_expert {
+                continue;
+            }
+            let id = EntryId { layer, expert };
+            if self.cache.is_resident(id) {
+                self.cache.refresh(id);
+            } else if wanted.len() < spec_max && !self.cache.is_in_flight(id) {
+                wanted.push(id);
+            }
+        }
+        self.read_ahead(wanted);
+    }
+
+    /// Reads `wanted` (grouped by layer, in order) as speculative cache entries.
+    fn read_ahead(&mut self, wanted: Vec<EntryId>) {
         // per layer, the entries this round reads (candidates come nearest layer first)
         let mut by_layer: Vec<(usize, Vec<usize>)> = Vec::new();
         for id in wanted {

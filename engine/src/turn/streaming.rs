@@ -6,6 +6,7 @@ use crate::cli::{DenseWeights, RunConfig, StreamConfig};
 use crate::error::EngineError;
 use crate::ffi::Context;
 use crate::graph::hook::MoeHook;
+use crate::graph::predict::Predictor;
 use crate::memory::autocache::{AutoInputs, measure, size_budget};
 use crate::memory::picture::{MemorySnapshot, cgroup_memory};
 use crate::memory::residency::dense_file_ranges;
@@ -93,6 +94,10 @@ pub(super) fn start_streaming(
     let pool = ctx.pool_pause();
     if let Some(hook) = ctx.hook_mut() {
         hook.stream_with(streamer, pool);
+        let p = cfg.predict;
+        if p.any() {
+            hook.predict_with(Predictor::new(p.log, p.prefetch), p.spec_max);
+        }
     }
     ctx.clear_memory();
     resolved.moe_stream = true;

@@ -12,6 +12,7 @@ mod full_disk;
 mod gates;
 mod hostile_model;
 mod overlap;
+mod predict;
 mod prefetch;
 mod reasoning;
 mod routing;
