@@ -126,7 +126,9 @@ impl Cli {
         let spec = self.spec.resolve(&sampling)?;
         let stream = self.stream.resolve()?;
         let routing = self.routing.resolve(stream.as_ref())?;
-        let predict = self.predict.resolve(stream.as_ref())?;
+        let predict = self
+            .predict
+            .resolve(stream.as_ref(), spec.name() != "off")?;
         let poison = self.testing.poison()?;
         let dense_weights = self.memory.resolve()?;
         self.check_prerequisites(stream.is_some(), poison.is_some())?;
@@ -175,6 +177,7 @@ impl Cli {
         let given = |id: &str| self.given(id);
         let mut warnings = self.sampling.inert(&given);
         warnings.extend(self.stream.inert(&given));
+        warnings.extend(self.predict.inert(&given));
         warnings.extend(self.routing.inert(&given));
         if self.session.session {
             for (id, flag) in [("prompt", "-p/--prompt"), ("file", "-f/--file")] {

@@ -1,8 +1,9 @@
 //! The graph hook: captures the expert tensors during a warm-up decode, then loads the routed
 //! experts at every `ffn_moe_topk-<il>` node before the expert matmuls consume them.
 
+use super::edit::EditConfig;
 use super::names::{topk_layer, weight_layer};
-use super::predict::{PredictTally, Predictor};
+use super::predict::{PredictTally, Predictor, RouteAheadTally};
 use super::read_steps::{ReadStamps, ReadSteps};
 use super::routes::RouteRecorder;
 use super::span::DecodeSpan;
@@ -162,6 +163,10 @@ impl MoeHook {
 
     /// Runs the predictors `p` from now on; `spec_max` caps the stale gate's read-ahead.
     pub fn predict_with(&mut self, p: Predictor, spec_max: usize) {
+        if p.route_ahead().is_some() && self.steer.is_none() {
+            // route-ahead writes the ids through the routing-edit seam
+            self.steer = Some(Steering::new(EditConfig::default(), None));
+        }
         self.predict = Some(p);
         self.predict_spec_max = spec_max;
     }
@@ -169,6 +174,11 @@ impl MoeHook {
     /// What `--predict-log` measured so far (session-cumulative), when the predictors run.
     pub fn predict_tally(&self) -> Option<&PredictTally> {
         self.predict.as_ref().map(Predictor::tally)
+    }
+
+    /// What `--route-ahead` did so far (session-cumulative), when on.
+    pub fn route_ahead_tally(&self) -> Option<RouteAheadTally> {
+        self.predict.as_ref().and_then(Predictor::route_ahead)
     }
 
     /// Stops recording routings (after the route-trace sink failed).
@@ -405,6 +415,14 @@ impl MoeHook {
         {
             eprintln!("{msg}");
         }
+        if let Some(c) = self
+            .predict
+            .as_mut()
+            .and_then(|p| p.commit_for(il, &ids, nu))
+            && let Some(steer) = self.steer.as_mut()
+        {
+            steer.commit(c);
+        }
         if let Some(stale) = self.steer.as_mut().and_then(Steering::at_routing) {
             self.load(stale.layer, &stale.ids, None);
         }
@@ -427,7 +445,13 @@ impl MoeHook {
             return;
         }
         if let Some(r) = p.take_ahead(layer) {
-            streamer.predict_ahead(layer, &r[..nu.min(r.len())], self.predict_spec_max);
+            streamer.predict_ahead(layer, &r[..nu.min(r.len())], self.predict_spec_max, false);
+        }
+        // route-ahead: the committed selection of layer (layer - 1) + N, read early (no cap)
+        if let Some((target, ids)) = layer.checked_sub(1).and_then(|il| p.issue_for(il, nu)) {
+            let t = std::time::Instant::now();
+            streamer.predict_ahead(target, &ids, ids.len(), true);
+            p.charge_issue(t.elapsed().as_nanos() as u64);
         }
     }
 

@@ -213,8 +213,9 @@ impl Watchdog {
         !self.tripped && self.routings.is_multiple_of(WATCHDOG_EVERY)
     }
 
-    /// Scores a sampled routing; `Some(message)` the moment it trips.
-    pub fn check(&mut self, pred: &[i32], actual: &[i32]) -> Option<String> {
+    /// Scores a sampled routing; `Some(message)` naming `what` (the flag it disarms) the
+    /// moment it trips.
+    pub fn check(&mut self, what: &str, pred: &[i32], actual: &[i32]) -> Option<String> {
         self.score.add(pred, actual);
         let pct = self.score.slot_pct()?;
         if self.tripped || self.score.slots < WATCHDOG_MIN_SLOTS || pct >= WATCHDOG_FLOOR_PCT {
@@ -222,7 +223,7 @@ impl Watchdog {
         }
         self.tripped = true;
         Some(format!(
-            "bmoe: predict-prefetch disarmed — control at {pct:.1}% over {} slots (the ranking here no longer reproduces the router's; floor {WATCHDOG_FLOOR_PCT:.0}%); the run continues without it",
+            "bmoe: {what} disarmed — control at {pct:.1}% over {} slots (the ranking here no longer reproduces the router's; floor {WATCHDOG_FLOOR_PCT:.0}%); the run continues without it",
             self.score.slots
         ))
     }
@@ -247,6 +248,39 @@ pub struct Predictor {
     ahead: Vec<Option<Vec<i32>>>,
     tally: PredictTally,
     watchdog: Watchdog,
+    /// `--route-ahead N` (0 = off).
+    route_ahead: usize,
+    /// Per layer, the ranking route-ahead commits (made `route_ahead` layers before).
+    commit: Vec<Option<Vec<i32>>>,
+    ra: RouteAheadTally,
+}
+
+/// What `--route-ahead N` did, session-cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteAheadTally {
+    /// `N`.
+    pub layers: usize,
+    /// Routings whose selection was replaced by the prediction.
+    pub committed: u64,
+    /// Eligible routings with no prediction to commit (kept the router's choice).
+    pub passthrough: u64,
+    /// The committed selections' agreement with the router's.
+    pub agree: Score,
+    /// Rankings made, and their eval-thread time (ns).
+    pub gemvs: u64,
+    /// Σ ranking time, ns.
+    pub gemv_ns: u64,
+    /// Σ watchdog control time, ns.
+    pub wd_ns: u64,
+    /// Σ time issuing the early reads, ns.
+    pub issue_ns: u64,
+}
+
+impl RouteAheadTally {
+    /// Percent of committed slots whose expert the router chose too (100 with none).
+    pub fn agree_pct(&self) -> f64 {
+        self.agree.slot_pct().unwrap_or(100.0)
+    }
 }
 
 /// `v[i]`, growing `v` as needed.
@@ -271,6 +305,30 @@ impl Predictor {
             ahead: Vec::new(),
             tally: PredictTally::default(),
             watchdog: Watchdog::default(),
+            route_ahead: 0,
+            commit: Vec::new(),
+            ra: RouteAheadTally::default(),
+        }
+    }
+
+    /// Turns on `--route-ahead n` (commit layer il+n's routing from layer il's input).
+    pub fn with_route_ahead(mut self, n: usize) -> Self {
+        self.route_ahead = n;
+        self.ra.layers = n;
+        self
+    }
+
+    /// Whether the watchdog guards a lossless prefetch or route-ahead.
+    fn watched(&self) -> bool {
+        self.prefetch || self.route_ahead > 0
+    }
+
+    /// The flag the watchdog disarms.
+    fn watched_flag(&self) -> &'static str {
+        if self.route_ahead > 0 {
+            "route-ahead"
+        } else {
+            "predict-prefetch"
         }
     }
 
@@ -281,6 +339,7 @@ impl Predictor {
         self.stale.iter_mut().for_each(|s| *s = None);
         self.ctrl.iter_mut().for_each(|s| *s = None);
         self.ahead.iter_mut().for_each(|s| *s = None);
+        self.commit.iter_mut().for_each(|s| *s = None);
     }
 
     /// The layer of a logits node this hook must observe: every one during a decode, and in a
@@ -319,9 +378,65 @@ impl Predictor {
                 *at(&mut self.stale, target) = r;
             }
         }
-        if self.log || (arm_prefetch && self.watchdog.samples_next()) {
-            *at(&mut self.ctrl, il) = self.gates.rank(il, &x);
+        if self.route_ahead > 0 && !self.watchdog.tripped {
+            let t = std::time::Instant::now();
+            let r = self.gates.rank(il + self.route_ahead, &x);
+            self.ra.gemv_ns += t.elapsed().as_nanos() as u64;
+            self.ra.gemvs += u64::from(r.is_some());
+            *at(&mut self.commit, il + self.route_ahead) = r;
         }
+        let sampled = self.watched() && self.watchdog.samples_next();
+        if self.log || sampled {
+            let t = std::time::Instant::now();
+            *at(&mut self.ctrl, il) = self.gates.rank(il, &x);
+            if self.route_ahead > 0 {
+                self.ra.wd_ns += t.elapsed().as_nanos() as u64;
+            }
+        }
+    }
+
+    /// `--route-ahead`: at layer `il`'s routing of `ids` (`nu` per token), the selection to
+    /// commit instead — the ranking made `N` layers before, its top `nu` — or `None` (passed
+    /// through: no prediction, a prompt batch, a layer below `N`, the watchdog tripped).
+    pub fn commit_for(&mut self, il: usize, ids: &[i32], nu: usize) -> Option<Vec<i32>> {
+        let n = self.route_ahead;
+        if n == 0 || !self.decoding || il < n || nu == 0 || ids.len() != nu {
+            return None;
+        }
+        let c = at(&mut self.commit, il).take();
+        match c {
+            Some(c) if c.len() >= nu && !self.watchdog.tripped => {
+                let c = c[..nu].to_vec();
+                self.ra.agree.add(&c, ids);
+                self.ra.committed += 1;
+                Some(c)
+            }
+            _ => {
+                self.ra.passthrough += 1;
+                None
+            }
+        }
+    }
+
+    /// `--route-ahead`: after layer `il`'s load, the committed selection of layer `il + N`
+    /// (ranked at layer `il`'s logits), whose reads may be issued now; `None` without one.
+    pub fn issue_for(&self, il: usize, nu: usize) -> Option<(usize, Vec<i32>)> {
+        let target = il + self.route_ahead;
+        if self.route_ahead == 0 || !self.decoding || self.watchdog.tripped {
+            return None;
+        }
+        let c = self.commit.get(target)?.as_ref()?;
+        Some((target, c[..nu.min(c.len())].to_vec()))
+    }
+
+    /// `--route-ahead`: eval-thread time spent issuing the committed selection's early reads.
+    pub fn charge_issue(&mut self, ns: u64) {
+        self.ra.issue_ns += ns;
+    }
+
+    /// What `--route-ahead` did so far, when on.
+    pub fn route_ahead(&self) -> Option<RouteAheadTally> {
+        (self.route_ahead > 0).then_some(self.ra)
     }
 
     /// Layer `il` routed `ids` (token-major, `nu` per token): score the last token's routing
@@ -338,9 +453,10 @@ impl Predictor {
         }
         let ctrl = at(&mut self.ctrl, il).take();
         // the control was ranked at this layer's logits node on the same sampling clock
-        let sampled = self.prefetch && self.watchdog.samples_next();
+        let sampled = self.watched() && self.watchdog.samples_next();
+        let what = self.watched_flag();
         let tripped = match (&ctrl, sampled) {
-            (Some(c), true) => self.watchdog.check(c, actual),
+            (Some(c), true) => self.watchdog.check(what, c, actual),
             _ => None,
         };
         self.watchdog.routings += 1;
@@ -426,12 +542,20 @@ mod tests {
         let slots_needed = WATCHDOG_MIN_SLOTS / 8;
         for i in 0..slots_needed - 1 {
             assert!(
-                w.check(&[0, 1, 2, 3, 4, 5, 6, 9], &[0, 1, 2, 3, 4, 5, 6, 7])
-                    .is_none(),
+                w.check(
+                    "predict-prefetch",
+                    &[0, 1, 2, 3, 4, 5, 6, 9],
+                    &[0, 1, 2, 3, 4, 5, 6, 7]
+                )
+                .is_none(),
                 "{i}"
             );
         }
-        let msg = w.check(&[0, 1, 2, 3, 4, 5, 6, 9], &[0, 1, 2, 3, 4, 5, 6, 7]);
+        let msg = w.check(
+            "predict-prefetch",
+            &[0, 1, 2, 3, 4, 5, 6, 9],
+            &[0, 1, 2, 3, 4, 5, 6, 7],
+        );
         assert!(msg.is_some_and(|m| {
             m.starts_with("bmoe: predict-prefetch disarmed — control at 87.5% over 2048 slots")
         }));
@@ -439,8 +563,12 @@ mod tests {
         let mut ok = Watchdog::default();
         for _ in 0..slots_needed * 2 {
             assert!(
-                ok.check(&[1, 2, 3, 4, 5, 6, 7, 8], &[8, 7, 6, 5, 4, 3, 2, 1])
-                    .is_none()
+                ok.check(
+                    "route-ahead",
+                    &[1, 2, 3, 4, 5, 6, 7, 8],
+                    &[8, 7, 6, 5, 4, 3, 2, 1]
+                )
+                .is_none()
             );
         }
     }

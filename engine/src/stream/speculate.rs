@@ -50,8 +50,11 @@ impl Streamer {
     /// `layer`'s routing (`ranked`, best first): the resident guesses are kept warm (moved to
     /// the LRU's front, not counted as hits), and the misses, at most `spec_max` of them, are
     /// read ahead as speculative entries. A failed read is forgotten, as with `--prefetch`.
-    pub fn predict_ahead(&mut self, layer: usize, ranked: &[i32], spec_max: usize) {
-        if !matches!(self.layout.layers.get(layer), Some(Some(_))) {
+    /// With `front` (route-ahead's adopt mode: the guess *is* the routing) the entries read
+    /// join the LRU's front instead, so the loads in between do not evict them.
+    pub fn predict_ahead(&mut self, layer: usize, ranked: &[i32], spec_max: usize, front: bool) {
+        // without a cache a guess has nowhere to wait for its routing
+        if self.cache.budget() == 0 || !matches!(self.layout.layers.get(layer), Some(Some(_))) {
             return;
         }
         let n_expert = self.layout.n_expert;
@@ -70,7 +73,10 @@ impl Streamer {
                 wanted.push(id);
             }
         }
-        self.read_ahead(wanted);
+        self.read_ahead(wanted.clone());
+        if front {
+            wanted.into_iter().for_each(|id| self.cache.refresh(id));
+        }
     }
 
     /// Reads `wanted` (grouped by layer, in order) as speculative cache entries.

@@ -501,6 +501,7 @@ impl Engine<'_> {
             });
         }
         lp.summary.predict = self.predict_tally();
+        lp.summary.route_ahead = self.route_ahead_tally();
         if self.streaming {
             let now = self.edit_counters().unwrap_or_default();
             let d = now.since(&lp.edits_base.unwrap_or_default());

@@ -96,7 +96,8 @@ pub(super) fn start_streaming(
         hook.stream_with(streamer, pool);
         let p = cfg.predict;
         if p.any() {
-            hook.predict_with(Predictor::new(p.log, p.prefetch), p.spec_max);
+            let predictor = Predictor::new(p.log, p.prefetch).with_route_ahead(p.route_ahead);
+            hook.predict_with(predictor, p.spec_max);
         }
     }
     ctx.clear_memory();

@@ -327,3 +327,137 @@ fn the_csv_preamble_records_the_predictors() {
         ("0", "0", "0")
     );
 }
+
+/// The `moe-route-ahead:` line's (N, committed, passed, agreement %).
+fn route_ahead_line(stdout: &str) -> (u64, u64, u64, f64) {
+    let l = stdout
+        .lines()
+        .find(|l| l.starts_with("moe-route-ahead: "))
+        .unwrap_or_else(|| panic!("no moe-route-ahead line:\n{stdout}"));
+    let nums: Vec<f64> = l
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|w| !w.is_empty() && *w != ".")
+        .map(|w| w.parse().expect("number"))
+        .collect();
+    assert_eq!(nums.len(), 4, "{l}");
+    assert_eq!(
+        regex_like(l),
+        "moe-route-ahead: # layers early — # routings committed, # passed through; committed selection agreed with the router on #% of slots"
+    );
+    (nums[0] as u64, nums[1] as u64, nums[2] as u64, nums[3])
+}
+
+#[test]
+fn route_ahead_past_every_layer_commits_nothing_and_matches_resident() {
+    let cfg: &[&str] = &["--moe-stream", "--route-ahead", "8"];
+    assert_identical(deep(), &[cfg]);
+    let (_, stdout, _) = trace_full(deep(), cfg);
+    assert_eq!(route_ahead_line(&stdout), (8, 0, 0, 100.0), "{stdout}");
+}
+
+#[test]
+fn route_ahead_commits_every_eligible_routing_and_reports_it_everywhere() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let (route, csv) = (dir.path().join("route.csv"), dir.path().join("m.csv"));
+    let s = |p: &std::path::Path| p.to_str().expect("utf-8 path").to_string();
+    let (route_s, csv_s) = (s(&route), s(&csv));
+    let cfg: &[&str] = &[
+        "--moe-stream",
+        "--cache-mb",
+        "2",
+        "--route-ahead",
+        "1",
+        "--route-trace",
+        &route_s,
+        "--csv",
+        &csv_s,
+    ];
+    let (steps, stdout, _) = trace_full(deep(), cfg);
+    let (n, committed, passed, agree) = route_ahead_line(&stdout);
+    let rows: Vec<RouteRow> = RouteTraceReader::open(&route)
+        .expect("route trace parses")
+        .map(|r| r.expect("row"))
+        .collect();
+    let mut eligible: Vec<(i64, u32)> = rows
+        .iter()
+        .filter(|r| r.phase == PHASE_DECODE && r.layer >= 1)
+        .map(|r| (r.step, r.layer))
+        .collect();
+    eligible.dedup();
+    assert_eq!(n, 1);
+    assert_eq!(
+        committed + passed,
+        eligible.len() as u64,
+        "every decode routing at layers >= N is committed or passed through:\n{stdout}"
+    );
+    assert!(committed > 0, "{stdout}");
+    assert!((0.0..=100.0).contains(&agree));
+    let text = std::fs::read_to_string(&csv).expect("csv");
+    let trailer = text
+        .lines()
+        .find(|l| l.starts_with("# summary"))
+        .expect("trailer");
+    for (k, v) in [
+        ("ra_committed", committed.to_string()),
+        ("ra_passthrough", passed.to_string()),
+        ("ra_agree_pct", format!("{agree:.1}")),
+    ] {
+        assert!(trailer.contains(&format!(" {k}={v}")), "{k}={v}: {trailer}");
+    }
+    assert!(trailer.contains(" ra_gemv_ms/tok="), "{trailer}");
+    assert!(text.contains(" route_ahead=1"), "preamble: {text}");
+    let p = PerfReport::parse(&stdout)
+        .moe_prefetch
+        .expect("moe-prefetch line");
+    assert!(p.useful <= p.prefetched, "{stdout}");
+    assert!(
+        stdout.contains("experts useful") && stdout.contains(" [route-ahead]"),
+        "{stdout}"
+    );
+    // lossy only where it disagreed: full agreement computes what the resident run does
+    if agree == 100.0 {
+        assert_identical(deep(), &[cfg]);
+    }
+    assert!(!steps.is_empty());
+}
+
+#[test]
+fn route_ahead_refuses_what_it_would_corrupt() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--route-ahead", "1"],
+            "--route-ahead requires --moe-stream",
+        ),
+        (
+            &["--moe-stream", "--route-ahead", "9"],
+            "--route-ahead must be in 0..=8",
+        ),
+        (
+            &["--moe-stream", "--route-ahead", "1", "--predict-log"],
+            "--route-ahead and --predict-log cannot be combined",
+        ),
+        (
+            &[
+                "--moe-stream",
+                "--cache-mb",
+                "4",
+                "--route-ahead",
+                "1",
+                "--prefetch",
+                "1",
+            ],
+            "--route-ahead and --prefetch cannot be combined",
+        ),
+        (
+            &["--moe-stream", "--route-ahead", "1", "--overlap"],
+            "--route-ahead cannot be combined with --overlap",
+        ),
+    ];
+    for (args, msg) in cases {
+        let out = run(deep(), args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must refuse:\n{stderr}");
+        assert!(stderr.contains(msg), "{args:?}: {msg}:\n{stderr}");
+        assert!(stderr.lines().any(|l| l.starts_with("hint:")), "{stderr}");
+    }
+}
