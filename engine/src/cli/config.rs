@@ -1,6 +1,7 @@
 //! The validated, resolved configuration of one run: what every other part of the engine reads
 //! instead of the flags.
 
+use super::predict::PredictConfig;
 use super::routing::RoutingConfig;
 use super::sampling::Sampling;
 use super::spec::Spec;
@@ -41,6 +42,8 @@ pub struct RunConfig {
     pub stream: Option<StreamConfig>,
     /// Routing edits: drop, substitution, replay (all off by default).
     pub routing: RoutingConfig,
+    /// `--predict-log` / `--predict-prefetch` (both off by default).
+    pub predict: PredictConfig,
     /// Feed seeded pseudo-random tokens (benchmarks).
     pub feed_random: Option<u64>,
     /// Never pick an end-of-generation token (`--ignore-eos`).

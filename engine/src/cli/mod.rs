@@ -10,6 +10,7 @@ mod habits;
 mod memory;
 mod model;
 mod outputs;
+mod predict;
 mod routing;
 mod sampling;
 mod session;
@@ -47,6 +48,8 @@ pub struct Cli {
     spec: spec::SpecArgs,
     #[command(flatten, next_help_heading = "Expert streaming")]
     stream: streaming::StreamArgs,
+    #[command(flatten, next_help_heading = "Expert streaming")]
+    predict: predict::PredictArgs,
     #[command(flatten, next_help_heading = "Routing edits (lossy or replayed)")]
     routing: routing::RoutingArgs,
     #[command(flatten, next_help_heading = "Memory")]
@@ -123,6 +126,9 @@ impl Cli {
         let spec = self.spec.resolve(&sampling, self.sampling.feed_random)?;
         let stream = self.stream.resolve()?;
         let routing = self.routing.resolve(stream.as_ref())?;
+        let predict = self
+            .predict
+            .resolve(stream.as_ref(), spec.name() != "off")?;
         let poison = self.testing.poison()?;
         let dense_weights = self.memory.resolve()?;
         self.check_prerequisites(stream.is_some(), poison.is_some())?;
@@ -142,6 +148,7 @@ impl Cli {
             progress: self.outputs.progress,
             stream,
             routing,
+            predict,
             feed_random: self.sampling.feed_random,
             ignore_eos: self.sampling.ignore_eos,
             dump_logits_hash: self.outputs.dump_logits_hash,
@@ -170,6 +177,7 @@ impl Cli {
         let given = |id: &str| self.given(id);
         let mut warnings = self.sampling.inert(&given);
         warnings.extend(self.stream.inert(&given));
+        warnings.extend(self.predict.inert(&given));
         warnings.extend(self.routing.inert(&given));
         if self.session.session {
             for (id, flag) in [("prompt", "-p/--prompt"), ("file", "-f/--file")] {

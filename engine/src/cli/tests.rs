@@ -360,3 +360,48 @@ fn prefetch_prerequisites_are_errors_naming_the_flag() {
     let sc = ok.stream.unwrap();
     assert_eq!((sc.prefetch, sc.prefetch_sync), (2, true));
 }
+
+#[test]
+fn predictors_resolve_and_route_ahead_refuses_its_partners_by_name() {
+    let c = parse(&[
+        "-m",
+        "x",
+        "--moe-stream",
+        "--cache-mb",
+        "8",
+        "--predict-prefetch",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.predict,
+        super::predict::PredictConfig {
+            log: false,
+            prefetch: true,
+            spec_max: 2,
+            route_ahead: 0
+        }
+    );
+    let c = parse(&["-m", "x", "--moe-stream", "--route-ahead", "3"]).unwrap();
+    assert_eq!(c.predict.route_ahead, 3);
+    for (other, named) in [
+        (&["--predict-log"][..], "--predict-log"),
+        (
+            &["--cache-mb", "8", "--predict-prefetch"][..],
+            "--predict-prefetch",
+        ),
+        (&["--ngram"][..], "--mtp/--ngram"),
+    ] {
+        let mut args = vec!["-m", "x", "--moe-stream", "--route-ahead", "1"];
+        args.extend_from_slice(other);
+        let e = parse(&args).unwrap_err();
+        assert_eq!(e.flag, "--route-ahead", "{e:?}");
+        assert!(e.to_string().contains(named), "{e}");
+    }
+    let warned = cli(&["-m", "x", "--moe-stream", "--predict-spec-max", "4"]).inert_flags();
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.starts_with("--predict-spec-max has no effect")),
+        "{warned:?}"
+    );
+}

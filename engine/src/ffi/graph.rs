@@ -304,3 +304,58 @@ pub(super) unsafe extern "C" fn eval_trampoline<H: EvalHook>(
         true
     }
 }
+
+impl Node<'_> {
+    /// A 2-D F32 tensor (a router's `ffn_gate_inp` weight, `[n_embd, n_expert]`) as its `ne[1]`
+    /// rows of `ne[0]` values each, row-major: `(ne[0], values)`. `None` for other types or
+    /// shapes — the predictors then leave that layer unranked rather than guess.
+    pub fn f32_matrix(&self) -> Option<(usize, Vec<f32>)> {
+        let t = self.t;
+        if t.type_ != ll::GGML_TYPE_F32 || t.data.is_null() || t.ne[2] != 1 || t.ne[3] != 1 {
+            return None;
+        }
+        let (k, n) = (
+            usize::try_from(t.ne[0]).ok()?,
+            usize::try_from(t.ne[1]).ok()?,
+        );
+        let base = t.data as *const u8;
+        let mut out = Vec::with_capacity(k * n);
+        for j in 0..n {
+            for i in 0..k {
+                // SAFETY: a weight with data (or a computed node) in host memory; (i, j) is
+                // within ne, so the strided offset is inside the tensor's extent.
+                let v = unsafe {
+                    base.add(i * t.nb[0] + j * t.nb[1])
+                        .cast::<f32>()
+                        .read_unaligned()
+                };
+                out.push(v);
+            }
+        }
+        Some((k, out))
+    }
+
+    /// The last column of a computed 2-D F32 node (`[n_embd, n_tokens]`: the last token's
+    /// activation row). `None` for other types or shapes.
+    pub fn f32_last_column(&self) -> Option<Vec<f32>> {
+        let t = self.t;
+        if t.type_ != ll::GGML_TYPE_F32 || t.data.is_null() || t.ne[2] != 1 || t.ne[3] != 1 {
+            return None;
+        }
+        let k = usize::try_from(t.ne[0]).ok()?;
+        let j = usize::try_from(t.ne[1]).ok()?.checked_sub(1)?;
+        let base = t.data as *const u8;
+        let out = (0..k)
+            .map(|i| {
+                // SAFETY: the node was just computed into host memory (CPU backend); (i, j) is
+                // within ne, so the strided offset is inside the tensor's extent.
+                unsafe {
+                    base.add(i * t.nb[0] + j * t.nb[1])
+                        .cast::<f32>()
+                        .read_unaligned()
+                }
+            })
+            .collect();
+        Some(out)
+    }
+}

@@ -1,7 +1,9 @@
 //! The graph hook: captures the expert tensors during a warm-up decode, then loads the routed
 //! experts at every `ffn_moe_topk-<il>` node before the expert matmuls consume them.
 
+use super::edit::EditConfig;
 use super::names::{topk_layer, weight_layer};
+use super::predict::{PredictTally, Predictor, RouteAheadTally};
 use super::read_steps::{ReadStamps, ReadSteps};
 use super::routes::RouteRecorder;
 use super::span::DecodeSpan;
@@ -68,6 +70,10 @@ pub struct MoeHook {
     /// The routing edits (`--drop-cold-experts`, `--expert-substitute`, `--route-replay`).
     steer: Option<Steering>,
     timer: Option<NodeTimer>,
+    /// `--predict-log` / `--predict-prefetch`: the router-arithmetic predictors.
+    predict: Option<Predictor>,
+    /// `--predict-spec-max`: the stale gate's misses read ahead per layer.
+    predict_spec_max: usize,
     /// Puts the compute threads to sleep while a layer's reads are waited for.
     pool: Option<PoolPause>,
     /// Capture: every expert tensor's consuming node, in graph order.
@@ -108,6 +114,8 @@ impl MoeHook {
             routing: Vec::new(),
             steer: None,
             timer: None,
+            predict: None,
+            predict_spec_max: 0,
             pool: None,
             consumers: Vec::new(),
             weight_addrs: Vec::new(),
@@ -153,6 +161,26 @@ impl MoeHook {
         self.steer.as_ref()
     }
 
+    /// Runs the predictors `p` from now on; `spec_max` caps the stale gate's read-ahead.
+    pub fn predict_with(&mut self, p: Predictor, spec_max: usize) {
+        if p.route_ahead().is_some() && self.steer.is_none() {
+            // route-ahead writes the ids through the routing-edit seam
+            self.steer = Some(Steering::new(EditConfig::default(), None));
+        }
+        self.predict = Some(p);
+        self.predict_spec_max = spec_max;
+    }
+
+    /// What `--predict-log` measured so far (session-cumulative), when the predictors run.
+    pub fn predict_tally(&self) -> Option<&PredictTally> {
+        self.predict.as_ref().map(Predictor::tally)
+    }
+
+    /// What `--route-ahead` did so far (session-cumulative), when on.
+    pub fn route_ahead_tally(&self) -> Option<RouteAheadTally> {
+        self.predict.as_ref().and_then(Predictor::route_ahead)
+    }
+
     /// Stops recording routings (after the route-trace sink failed).
     pub fn stop_routes(&mut self) {
         self.routes = None;
@@ -160,6 +188,9 @@ impl MoeHook {
 
     /// Tells the recorders which decode the next routings and nodes belong to.
     pub fn begin_decode(&mut self, span: DecodeSpan) {
+        if let Some(p) = self.predict.as_mut() {
+            p.begin_decode(span.prefill);
+        }
         if let Some(s) = self.steer.as_mut() {
             s.begin_decode(span.prefill);
         }
@@ -323,7 +354,11 @@ impl MoeHook {
                                     .steer
                                     .as_ref()
                                     .is_some_and(|s| s.wants_weights(il, name))
-                        })))
+                        })
+                        || self
+                            .predict
+                            .as_ref()
+                            .is_some_and(|p| p.wants(name).is_some())))
                     || streamer.stage_after(name).is_some()
             }
             Phase::Observe { .. } => topk_layer(node.name()).is_some(),
@@ -356,6 +391,12 @@ impl MoeHook {
             streamer.wait_group(il, group, &mut before_wait);
             return;
         }
+        if let Some(p) = self.predict.as_mut()
+            && let Some(il) = p.wants(node.name())
+        {
+            p.at_logits(il, node);
+            return;
+        }
         let Some(il) = topk_layer(node.name()) else {
             if let Some(il) = weight_layer(node.name()) {
                 self.at_weights(il, node);
@@ -366,6 +407,22 @@ impl MoeHook {
         let Some(mut ids) = node.expert_ids() else {
             return;
         };
+        let nu = usize::try_from(node.ne()[0]).unwrap_or(0);
+        if let Some(msg) = self
+            .predict
+            .as_mut()
+            .and_then(|p| p.at_routing(il, &ids, nu))
+        {
+            eprintln!("{msg}");
+        }
+        if let Some(c) = self
+            .predict
+            .as_mut()
+            .and_then(|p| p.commit_for(il, &ids, nu))
+            && let Some(steer) = self.steer.as_mut()
+        {
+            steer.commit(c);
+        }
         if let Some(stale) = self.steer.as_mut().and_then(Steering::at_routing) {
             self.load(stale.layer, &stale.ids, None);
         }
@@ -375,6 +432,27 @@ impl MoeHook {
             return;
         }
         self.load(il, &ids, None);
+        self.read_ahead(il + 1, nu);
+    }
+
+    /// `--predict-prefetch`, right after a layer's load (real reads first): the stale gate's
+    /// guess at `layer` (ranked while layer `layer - 2` computed) is kept warm or read ahead.
+    fn read_ahead(&mut self, layer: usize, nu: usize) {
+        let (Some(p), Phase::Stream(streamer)) = (self.predict.as_mut(), &mut self.phase) else {
+            return;
+        };
+        if self.error.is_some() {
+            return;
+        }
+        if let Some(r) = p.take_ahead(layer) {
+            streamer.predict_ahead(layer, &r[..nu.min(r.len())], self.predict_spec_max, false);
+        }
+        // route-ahead: the committed selection of layer (layer - 1) + N, read early (no cap)
+        if let Some((target, ids)) = layer.checked_sub(1).and_then(|il| p.issue_for(il, nu)) {
+            let t = std::time::Instant::now();
+            streamer.predict_ahead(target, &ids, ids.len(), true);
+            p.charge_issue(t.elapsed().as_nanos() as u64);
+        }
     }
 
     /// A weight-chain node of layer `il` was computed: the route trace takes its weights, and

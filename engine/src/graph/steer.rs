@@ -1,5 +1,6 @@
 //! The one routing-edit seam: where the hook rewrites a layer's routing before the expert
-//! matmuls read it (`--route-replay`, `--expert-substitute`, `--drop-cold-experts`).
+//! matmuls read it (`--route-replay`, `--expert-substitute`, `--drop-cold-experts`,
+//! `--route-ahead`).
 //!
 //! Two nodes of a layer can be edited. At `ffn_moe_topk-<il>` the ids are rewritten before the
 //! weight chain's `get_rows` reads them, so the graph itself prices the new routing (replay,
@@ -57,6 +58,8 @@ pub struct Steering {
     pending: Option<Pending>,
     counters: EditCounters,
     lost: u64,
+    /// `--route-ahead`: the selection the next routing node commits instead of the router's.
+    committed: Option<Vec<i32>>,
 }
 
 impl Steering {
@@ -71,7 +74,14 @@ impl Steering {
             pending: None,
             counters: EditCounters::default(),
             lost: 0,
+            committed: None,
         }
+    }
+
+    /// `--route-ahead`: the next [`Self::route`] writes `ids` (token-major, as the node holds
+    /// them) instead of the router's selection.
+    pub fn commit(&mut self, ids: Vec<i32>) {
+        self.committed = Some(ids);
     }
 
     /// Cumulative counts.
@@ -169,7 +179,11 @@ impl Steering {
         }
         let before = ids.clone();
         let mut changed = false;
-        if !self.prefill {
+        if let Some(c) = self.committed.take().filter(|c| c.len() == ids.len()) {
+            // route-ahead: the graph computes the router's weights for the committed experts
+            ids.copy_from_slice(&c);
+            changed = *ids != before;
+        } else if !self.prefill {
             if let Some(cell) = self.replay.as_ref().and_then(|r| r.cell(layer))
                 && cell.ids.len() == ids.len()
             {

@@ -162,6 +162,14 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push("mtp_decodes", sp.decodes.to_string());
     t.push_f64("mtp_draft_s/tok", sp.draft_s / n, 4);
     t.push("drafted_steps", sp.drafted_steps.to_string());
+    if let Some(ra) = s.route_ahead {
+        t.push("ra_committed", ra.committed.to_string());
+        t.push("ra_passthrough", ra.passthrough.to_string());
+        t.push_f64("ra_agree_pct", ra.agree_pct(), 1);
+        t.push_f64("ra_gemv_ms/tok", ra.gemv_ns as f64 / 1e6 / n, 3);
+        t.push_f64("ra_issue_ms/tok", ra.issue_ns as f64 / 1e6 / n, 3);
+        t.push_f64("ra_wd_ms/tok", ra.wd_ns as f64 / 1e6 / n, 3);
+    }
     t.push("evictions", st.evictions.to_string());
     t.push("rereads", st.rereads.to_string());
     t.push_f64("prefill_cpu_s", c.prefill_cpu_s, 3);
@@ -275,10 +283,15 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
         overlap: Some(r.overlap.is_some()),
         io_two_wave: Some(false),
         prefetch: Some(sc.map_or(0, |s| s.prefetch as u64)),
-        route_ahead: Some(0),
-        predict_prefetch: Some(false),
-        predict_log: Some(false),
-        predict_spec_max: Some(0),
+        route_ahead: Some(cfg.predict.route_ahead as u64),
+        predict_prefetch: Some(cfg.predict.prefetch),
+        predict_log: Some(cfg.predict.log),
+        // the cap in effect: none without the prefetcher
+        predict_spec_max: Some(if cfg.predict.prefetch {
+            cfg.predict.spec_max as u64
+        } else {
+            0
+        }),
         prefetch_sync: Some(sc.is_some_and(|s| s.prefetch_sync)),
         dense_weights: Some(r.dense_weights.as_str().to_string()),
         drop_cold_frac: Some(as_typed(cfg.routing.edits.drop_frac)),
@@ -511,6 +524,8 @@ mod tests {
                 drop_frac: 0.5,
             }),
             spec: None,
+            predict: None,
+            route_ahead: None,
         };
         sink.write_summary(&trailer(&summary, &TrailerContext::default()))
             .unwrap();

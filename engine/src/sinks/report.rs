@@ -3,10 +3,12 @@
 //! `TokenStats` is one generated token's row (the later CSV sink writes the same struct);
 //! `RunSummary` is the end-of-run picture. The line formats follow `seed/telemetry.md`.
 
+use crate::graph::predict::{PredictTally, RouteAheadTally};
 use bmoe_telemetry::protocol::{Load, Progress, round_to};
 use bmoe_telemetry::summary::{
     CacheSetting, Compute, DenseWeights, Generation, Mode, MoeCache, MoeChurn, MoeDrop, MoeOverlap,
-    MoePrefetch, MoeStream, MoeWaits, NgramCoverage, Prefill, SpecAcceptance, SpecCost,
+    MoePrefetch, MoeRouteAhead, MoeStream, MoeWaits, NgramCoverage, Prefill, SpecAcceptance,
+    SpecCost,
 };
 
 /// One generated token's measurements.
@@ -184,6 +186,10 @@ pub struct RunSummary {
     pub routing: Option<RoutingSummary>,
     /// Self-speculation's counters, when `--ngram` (or `--mtp`) is on.
     pub spec: Option<SpecSummary>,
+    /// `--predict-log`: the predictors' scores (session-cumulative).
+    pub predict: Option<PredictTally>,
+    /// `--route-ahead`: what it committed (session-cumulative).
+    pub route_ahead: Option<RouteAheadTally>,
 }
 
 /// A turn's self-speculation ledger (the `ngram:` lines, the trailer's `mtp_*` keys).
@@ -315,6 +321,8 @@ pub struct PrefetchSummary {
     pub experts: u64,
     /// Of those, the ones a later routing hit.
     pub useful: u64,
+    /// The predictor, when not the temporal one (`stale-gate`, `route-ahead`).
+    pub tag: Option<&'static str>,
 }
 
 impl StreamSummary {
@@ -434,7 +442,7 @@ fn stream_lines(s: &RunSummary, st: &StreamSummary, n: f64, s_tok: f64, out: &mu
                 } else {
                     0.0
                 },
-                tag: None,
+                tag: sp.tag.map(str::to_string),
             }
             .to_string(),
         );
@@ -465,6 +473,20 @@ fn stream_lines(s: &RunSummary, st: &StreamSummary, n: f64, s_tok: f64, out: &mu
                 .to_string(),
             );
         }
+    }
+    if let Some(ra) = s.route_ahead {
+        out.push(
+            MoeRouteAhead {
+                layers: ra.layers as u64,
+                committed: ra.committed,
+                passed: ra.passthrough,
+                agree_pct: ra.agree_pct(),
+            }
+            .to_string(),
+        );
+    }
+    if let Some(p) = &s.predict {
+        out.extend(p.lines());
     }
 }
 
@@ -616,6 +638,8 @@ mod tests {
                 ..Default::default()
             }),
             spec: None,
+            predict: None,
+            route_ahead: None,
         };
         let lines = summary_lines(&s, &streaming(2, false, Mmap));
         assert_eq!(

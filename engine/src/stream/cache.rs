@@ -123,6 +123,11 @@ impl ExpertCache {
         }
     }
 
+    /// The budget in bytes (0 = the cache is off).
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
     /// Bytes of entries currently resident.
     pub fn resident_bytes(&self) -> u64 {
         self.resident

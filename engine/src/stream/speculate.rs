@@ -33,8 +33,7 @@ pub const SPEC_DELAY_ENV: &str = "BMOE_TEST_SPEC_DELAY_US";
 pub enum SpecTag {
     /// `--prefetch K`: the previous token's routing.
     Temporal,
-    /// A stale-gate guess (`--predict-prefetch`, which queues its guesses through this API).
-    #[allow(dead_code)]
+    /// A stale-gate guess (`--predict-prefetch`, and `--route-ahead`'s early read).
     StaleGate,
 }
 
@@ -122,6 +121,39 @@ impl Streamer {
         let n_used = spec.n_used;
         spec.predictor.record(layer, ids, n_used);
         self.issue_speculative(&wanted, SpecTag::Temporal);
+    }
+
+    /// `--predict-prefetch`: after the previous layer's load, the stale gate's guess at
+    /// `layer`'s routing (`ranked`, best first): the resident guesses are kept warm (moved to
+    /// the LRU's front, not counted as hits), and the misses, at most `spec_max` of them, are
+    /// read ahead as speculative entries. A failed read is forgotten, as with `--prefetch`.
+    /// With `front` (route-ahead's adopt mode: the guess *is* the routing) the entries read
+    /// join the LRU's front instead, so the loads in between do not evict them.
+    pub fn predict_ahead(&mut self, layer: usize, ranked: &[i32], spec_max: usize, front: bool) {
+        // without a cache a guess has nowhere to wait for its routing
+        if self.cache.budget() == 0 || !matches!(self.layout.layers.get(layer), Some(Some(_))) {
+            return;
+        }
+        let n_expert = self.layout.n_expert;
+        let mut wanted = Vec::new();
+        for &e in ranked {
+            let Ok(expert) = usize::try_from(e) else {
+                continue;
+            };
+            if expert >= n_expert {
+                continue;
+            }
+            let id = EntryId { layer, expert };
+            if self.cache.is_resident(id) {
+                self.cache.refresh(id);
+            } else if wanted.len() < spec_max && !self.cache.is_in_flight(id) {
+                wanted.push(id);
+            }
+        }
+        self.issue_speculative(&wanted, SpecTag::StaleGate);
+        if front {
+            wanted.into_iter().for_each(|id| self.cache.refresh(id));
+        }
     }
 
     /// Reads `guesses` (most urgent first) speculatively into the cache's cold end; entries

@@ -496,9 +496,12 @@ impl Engine<'_> {
                     read_bytes: n.spec_read_bytes - b.spec_read_bytes,
                     experts: n.spec_experts - b.spec_experts,
                     useful: n.spec_useful - b.spec_useful,
+                    tag: self.prefetch_tag(),
                 }),
             });
         }
+        lp.summary.predict = self.predict_tally();
+        lp.summary.route_ahead = self.route_ahead_tally();
         if self.streaming {
             let now = self.edit_counters().unwrap_or_default();
             let d = now.since(&lp.edits_base.unwrap_or_default());

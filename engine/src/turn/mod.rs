@@ -29,6 +29,7 @@ use crate::error::EngineError;
 use crate::ffi::{Context, Model, Sampler, Token};
 use crate::graph::edit::EditCounters;
 use crate::graph::hook::MoeHook;
+use crate::graph::predict::{PredictTally, RouteAheadTally};
 use crate::graph::steer::Steering;
 use crate::memory::residency::DenseProbe;
 use crate::model::facts::ModelFacts;
@@ -173,9 +174,35 @@ impl<'m> Engine<'m> {
         }
     }
 
-    /// `--prefetch K` is on (the `moe-prefetch:` line and the trailer's `spec_*` keys).
+    /// `--prefetch K` or `--predict-prefetch` is on (the `moe-prefetch:` line and the
+    /// trailer's `spec_*` keys).
     fn prefetch_on(&self) -> bool {
-        self.streaming && self.cfg.stream.is_some_and(|s| s.prefetch > 0)
+        self.streaming
+            && (self.cfg.stream.is_some_and(|s| s.prefetch > 0)
+                || self.cfg.predict.prefetch
+                || self.cfg.predict.route_ahead > 0)
+    }
+
+    /// The `moe-prefetch:` tag of the predictor in use (`None` for the temporal one).
+    fn prefetch_tag(&self) -> Option<&'static str> {
+        if self.cfg.predict.route_ahead > 0 {
+            Some("route-ahead")
+        } else {
+            self.cfg.predict.prefetch.then_some("stale-gate")
+        }
+    }
+
+    /// What `--route-ahead` did so far, when it is on.
+    fn route_ahead_tally(&mut self) -> Option<RouteAheadTally> {
+        self.ctx.hook_mut().and_then(|h| h.route_ahead_tally())
+    }
+
+    /// What `--predict-log` measured so far, when it is on.
+    fn predict_tally(&mut self) -> Option<PredictTally> {
+        if !self.cfg.predict.log {
+            return None;
+        }
+        self.ctx.hook_mut().and_then(|h| h.predict_tally()).cloned()
     }
 
     fn cache_on(&self) -> bool {

@@ -6,6 +6,7 @@ use crate::cli::{DenseWeights, RunConfig, StreamConfig};
 use crate::error::EngineError;
 use crate::ffi::Context;
 use crate::graph::hook::MoeHook;
+use crate::graph::predict::Predictor;
 use crate::memory::autocache::{AutoInputs, measure, size_budget};
 use crate::memory::picture::{MemorySnapshot, cgroup_memory};
 use crate::memory::residency::dense_file_ranges;
@@ -94,6 +95,11 @@ pub(super) fn start_streaming(
     let pool = ctx.pool_pause();
     if let Some(hook) = ctx.hook_mut() {
         hook.stream_with(streamer, pool);
+        let p = cfg.predict;
+        if p.any() {
+            let predictor = Predictor::new(p.log, p.prefetch).with_route_ahead(p.route_ahead);
+            hook.predict_with(predictor, p.spec_max);
+        }
     }
     ctx.clear_memory();
     resolved.moe_stream = true;

@@ -14,6 +14,7 @@ mod gates;
 mod hostile_model;
 mod mtp;
 mod overlap;
+mod predict;
 mod prefetch;
 mod reasoning;
 mod routing;
