@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The tables of scripts/bench-drafting.sh (issue #17's drafting benchmark).
 
+Route traces may be stored gzipped (<name>.route.csv.gz), as bench-data keeps them.
+
 usage: scripts/drafting_report.py OUT_DIR
 Reads OUT_DIR/raw/c<cache>-traced-d<N>.{csv,route.csv} and c<cache>-<a|b>-p<pair>.csv.
 
@@ -11,6 +13,7 @@ that is the only way a run of ascending positions falls back. Stdlib only.
 """
 
 import csv
+import gzip
 import math
 import re
 import statistics
@@ -40,8 +43,14 @@ def widths(route_path, gs):
     """Each decode's width from the route trace (decode-phase rows of the first MoE layer, slot
     0, in file order) and the decodes' group sizes `gs`."""
     steps, first_layer = [], None
-    with open(route_path, newline="") as f:
-        body = [l for l in f.read().splitlines() if not l.startswith("#")]
+    packed = route_path.with_name(route_path.name + ".gz")
+    if not route_path.exists() and packed.exists():
+        with gzip.open(packed, "rt", newline="") as f:
+            text = f.read()
+    else:
+        with open(route_path, newline="") as f:
+            text = f.read()
+    body = [l for l in text.splitlines() if not l.startswith("#")]
     rows = list(csv.DictReader(body))
     for r in rows:
         if r["phase"] == "1":
