@@ -125,6 +125,7 @@ impl Cli {
         let routing = self.routing.resolve(stream.as_ref())?;
         let poison = self.testing.poison()?;
         let dense_weights = self.memory.resolve()?;
+        let row_stream = self.memory.row_stream(stream.is_some())?;
         self.check_prerequisites(stream.is_some(), poison.is_some())?;
         let s = &self.session;
         Ok(RunConfig {
@@ -153,6 +154,7 @@ impl Cli {
             chatml: s.chatml,
             think: !s.no_think,
             dense_weights,
+            row_stream,
             session: s.session,
             decide: s.decide,
             prefill_split: self.testing.test_prefill_split.clone(),

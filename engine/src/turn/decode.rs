@@ -254,6 +254,7 @@ impl Engine<'_> {
             // prefill (batched decodes) keeps the full count
             self.ctx.set_threads(n as i32, self.cfg.threads as i32);
         }
+        self.fetch_rows(tokens, note)?;
         let p0 = process_sample();
         let t0 = Instant::now();
         let loop_overhead_ms = (t0 - lp.last_end).as_secs_f64() * 1e3;
@@ -465,6 +466,7 @@ impl Engine<'_> {
             let _ = writeln!(note, "bmoe: {}", gov.summary());
         }
         g.tail = lp.text.finish();
+        lp.summary.rows = self.row_stats();
         if self.streaming
             && let (Some(n), Some(b)) = (self.stream_stats(), lp.base)
         {

@@ -15,6 +15,7 @@ mod overlap;
 mod prefetch;
 mod reasoning;
 mod routing;
+mod row_stream;
 mod session;
 mod signals;
 mod speculation;
