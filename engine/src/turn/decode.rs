@@ -254,10 +254,11 @@ impl Engine<'_> {
             // prefill (batched decodes) keeps the full count
             self.ctx.set_threads(n as i32, self.cfg.threads as i32);
         }
-        self.fetch_rows(tokens, note)?;
         let p0 = process_sample();
         let t0 = Instant::now();
         let loop_overhead_ms = (t0 - lp.last_end).as_secs_f64() * 1e3;
+        // the row fetch is part of this token's cost: inside its wall, not its loop overhead
+        self.fetch_rows(tokens, note)?;
         let span = DecodeSpan {
             turn: turn.turn,
             prefill: false,
