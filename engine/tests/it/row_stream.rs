@@ -309,3 +309,18 @@ fn row_stream_needs_moe_stream() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--row-stream requires --moe-stream"), "{err}");
 }
+
+#[test]
+fn row_stream_is_refused_with_decide() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
+        .args(["-m", "/nonexistent.gguf", "--session", "--decide"])
+        .args(["--moe-stream", "--row-stream"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--row-stream cannot be combined with --decide"),
+        "{err}"
+    );
+}
