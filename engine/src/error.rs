@@ -16,6 +16,7 @@ use crate::sinks::SinkError;
 use crate::stream::SetupError;
 use crate::stream::io::ReadError;
 use crate::stream::layout::BindError;
+use crate::stream::rows::{RowFetchError, RowSetupError};
 use crate::vm::sigbus::TestHookError;
 use std::process::ExitCode;
 
@@ -140,6 +141,12 @@ pub enum EngineError {
         /// The read.
         source: ReadError,
     },
+    /// `--row-stream` could not take its table over.
+    #[error(transparent)]
+    RowSetup(#[from] RowSetupError),
+    /// `--row-stream` failed to fetch rows a batch gathers: the table holds unwritten rows.
+    #[error(transparent)]
+    RowFetch(#[from] RowFetchError),
     /// A decode was aborted with no read error (a cancel outside a session turn).
     #[error("{what} aborted")]
     Aborted {
@@ -210,6 +217,8 @@ impl EngineError {
             E::EmptyPrompt => "pass a non-empty -p/--prompt".into(),
             E::PromptTooLong { .. } => "raise -c/--ctx-size or lower -n/--n-predict".into(),
             E::ReadFailed { .. } => "the model file changed or the storage failed while streaming: no further output was produced; check the file and the disk (dmesg)".into(),
+            E::RowSetup(_) => "check the model file, or run without --row-stream".into(),
+            E::RowFetch(_) => "the model file changed or the storage failed: the generated text is not trustworthy; check the file and the disk (dmesg)".into(),
             E::Aborted { .. } => "the decode was cancelled".into(),
             E::DecodeFailed { .. } => "try a smaller -c/--ctx-size or --ubatch; set BMOE_LLAMA_LOG=1 for llama.cpp's own log".into(),
             E::Decide(e) => e.hint(),

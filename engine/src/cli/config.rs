@@ -66,6 +66,8 @@ pub struct RunConfig {
     pub think: bool,
     /// `--dense-weights` (takes effect with `--moe-stream`).
     pub dense_weights: DenseWeights,
+    /// `--row-stream`: the row cache's budget in bytes (`None` = off).
+    pub row_stream: Option<u64>,
     /// `--session`: serve stdin requests instead of one run.
     pub session: bool,
     /// `--decide`: accept `decide` requests (session only).

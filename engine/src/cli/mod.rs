@@ -131,6 +131,15 @@ impl Cli {
             .resolve(stream.as_ref(), spec.name() != "off")?;
         let poison = self.testing.poison()?;
         let dense_weights = self.memory.resolve()?;
+        let row_stream = self.memory.row_stream(stream.is_some())?;
+        if row_stream.is_some() && self.session.decide {
+            // a decide request runs its own decodes, which do not fetch the rows yet
+            return Err(ConfigError::new(
+                "--row-stream",
+                "--row-stream cannot be combined with --decide yet",
+                "drop --row-stream for a session that answers decide requests",
+            ));
+        }
         self.check_prerequisites(stream.is_some(), poison.is_some())?;
         let s = &self.session;
         Ok(RunConfig {
@@ -160,6 +169,7 @@ impl Cli {
             chatml: s.chatml,
             think: !s.no_think,
             dense_weights,
+            row_stream,
             session: s.session,
             decide: s.decide,
             prefill_split: self.testing.test_prefill_split.clone(),

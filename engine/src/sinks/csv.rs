@@ -170,6 +170,14 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
         t.push_f64("ra_issue_ms/tok", ra.issue_ns as f64 / 1e6 / n, 3);
         t.push_f64("ra_wd_ms/tok", ra.wd_ns as f64 / 1e6 / n, 3);
     }
+    let rows = s.rows.unwrap_or_default();
+    t.push_f64("row_table_MiB", mib(rows.table_bytes), 1);
+    t.push_f64("row_resident_MiB", mib(rows.resident_bytes), 1);
+    t.push("row_rows", rows.rows.to_string());
+    t.push("row_reads", rows.reads.to_string());
+    t.push_f64("row_read_MiB", mib(rows.read_bytes), 3);
+    t.push("row_evictions", rows.evictions.to_string());
+    t.push("row_io_errors", rows.io_errors.to_string());
     t.push("evictions", st.evictions.to_string());
     t.push("rereads", st.rereads.to_string());
     t.push_f64("prefill_cpu_s", c.prefill_cpu_s, 3);
@@ -499,6 +507,7 @@ mod tests {
             n_prompt: 4,
             prefill_s: 0.1,
             load_s: 0.5,
+            rows: None,
             stream: Some(StreamSummary {
                 read_bytes: 1 << 20,
                 io_s: 0.004,

@@ -190,6 +190,8 @@ pub struct RunSummary {
     pub predict: Option<PredictTally>,
     /// `--route-ahead`: what it committed (session-cumulative).
     pub route_ahead: Option<RouteAheadTally>,
+    /// `--row-stream`'s counters (whole run), when a table qualified.
+    pub rows: Option<crate::stream::rows::RowStats>,
 }
 
 /// A turn's self-speculation ledger (the `ngram:` lines, the trailer's `mtp_*` keys).
@@ -387,6 +389,29 @@ pub fn summary_lines(s: &RunSummary, mode: &ModeLine) -> Vec<String> {
     }
     if let Some(st) = &s.stream {
         stream_lines(s, st, n, s_tok, &mut out);
+    }
+    if let Some(r) = &s.rows {
+        out.extend(row_lines(r));
+    }
+    out
+}
+
+/// `--row-stream`'s lines: the `moe-rows:` trade, and the `FAILED reads` line after a failed
+/// fetch (the table then holds rows that were never written).
+pub fn row_lines(r: &crate::stream::rows::RowStats) -> Vec<String> {
+    let mut out = vec![format!(
+        "moe-rows: {:.1} MiB of row-gathered table(s) off the resident set, {:.1} MiB resident, {} rows gathered, {} reads ({:.1} MiB)",
+        r.table_bytes as f64 / MIB,
+        r.resident_bytes as f64 / MIB,
+        r.rows,
+        r.reads,
+        r.read_bytes as f64 / MIB
+    )];
+    if r.io_errors > 0 {
+        out.push(format!(
+            "{} FAILED reads - this run's output is not trustworthy",
+            r.io_errors
+        ));
     }
     out
 }
@@ -604,6 +629,30 @@ mod tests {
     }
 
     #[test]
+    fn row_lines_follow_the_seed() {
+        let mut r = crate::stream::rows::RowStats {
+            table_bytes: 1188 << 20,
+            resident_bytes: 3 << 19,
+            rows: 40,
+            reads: 31,
+            read_bytes: 31 * 4096,
+            evictions: 2,
+            io_errors: 0,
+        };
+        assert_eq!(
+            row_lines(&r),
+            [
+                "moe-rows: 1188.0 MiB of row-gathered table(s) off the resident set, 1.5 MiB resident, 40 rows gathered, 31 reads (0.1 MiB)"
+            ]
+        );
+        r.io_errors = 2;
+        assert_eq!(
+            row_lines(&r)[1],
+            "2 FAILED reads - this run's output is not trustworthy"
+        );
+    }
+
+    #[test]
     fn summary_lines_follow_the_templates() {
         let s = RunSummary {
             n_gen: 4,
@@ -614,6 +663,7 @@ mod tests {
             n_prompt: 5,
             prefill_s: 0.5,
             load_s: 1.0,
+            rows: None,
             stream: Some(StreamSummary {
                 read_bytes: 8 * 1024 * 1024,
                 io_s: 1.0,

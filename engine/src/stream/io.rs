@@ -430,3 +430,30 @@ impl Drop for Lanes {
         }
     }
 }
+
+impl ShardFile {
+    /// Reads `len` bytes at `offset` into `arena` at `addr` (whole pages, so O_DIRECT accepts
+    /// them); anything short of `len` is an error naming the file and offset — a row-gathered
+    /// table must never be left with bytes that were not read.
+    pub(crate) fn read_pages(
+        &self,
+        arena: &Arena,
+        addr: usize,
+        len: usize,
+        offset: u64,
+    ) -> Result<usize, ReadError> {
+        let file = self.direct.as_ref().unwrap_or(&self.buffered);
+        let err = |got: usize, errno: Option<i32>| ReadError {
+            path: self.path.clone(),
+            offset,
+            len,
+            got,
+            errno,
+        };
+        match arena.read_into(file, addr, len, offset) {
+            Ok(n) if n >= len => Ok(n),
+            Ok(n) => Err(err(n, None)),
+            Err(e) => Err(err(0, Some(e.raw_os_error().unwrap_or(libc::EIO)))),
+        }
+    }
+}

@@ -11,6 +11,7 @@ mod pages;
 pub mod pause;
 pub mod prefill;
 pub mod recycle;
+pub mod rows;
 pub mod speculate;
 mod start;
 pub mod temporal;

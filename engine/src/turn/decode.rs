@@ -257,6 +257,8 @@ impl Engine<'_> {
         let p0 = process_sample();
         let t0 = Instant::now();
         let loop_overhead_ms = (t0 - lp.last_end).as_secs_f64() * 1e3;
+        // the row fetch is part of this token's cost: inside its wall, not its loop overhead
+        self.fetch_rows(tokens, note)?;
         let span = DecodeSpan {
             turn: turn.turn,
             prefill: false,
@@ -465,6 +467,7 @@ impl Engine<'_> {
             let _ = writeln!(note, "bmoe: {}", gov.summary());
         }
         g.tail = lp.text.finish();
+        lp.summary.rows = self.row_stats();
         if self.streaming
             && let (Some(n), Some(b)) = (self.stream_stats(), lp.base)
         {

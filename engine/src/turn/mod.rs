@@ -112,6 +112,8 @@ pub struct Engine<'m> {
     think_ctl: ThinkCtl,
     /// `--dense-weights anon`'s pages, owned while the engine runs.
     _dense_arena: Option<crate::vm::Arena>,
+    /// `--row-stream`'s table, when one qualified: its rows are fetched before every decode.
+    rows: Option<crate::stream::rows::RowTable>,
     /// `--adaptive-threads`: each generated token's compute-thread count (kept across turns).
     governor: Option<threads::ThreadGovernor>,
     /// The SIGINT flag, once [`Self::catch_sigint`] installed it: a turn it stopped says so in
@@ -172,6 +174,32 @@ impl<'m> Engine<'m> {
         } else {
             0.0
         }
+    }
+
+    /// `--row-stream`: fetches the rows `tokens` gather before they are decoded. A failed fetch
+    /// leaves rows that were never written, so it prints the `moe-rows:` and `FAILED reads`
+    /// lines and ends the run.
+    fn fetch_rows(
+        &mut self,
+        tokens: &[Token],
+        note: &mut dyn std::io::Write,
+    ) -> Result<(), EngineError> {
+        let Some(t) = self.rows.as_mut() else {
+            return Ok(());
+        };
+        let Err(e) = t.fetch(tokens) else {
+            return Ok(());
+        };
+        let st = t.stats();
+        for line in crate::sinks::report::row_lines(&st) {
+            let _ = writeln!(note, "{line}");
+        }
+        Err(EngineError::RowFetch(e))
+    }
+
+    /// `--row-stream`'s counters (zeros when off or when nothing qualified).
+    fn row_stats(&self) -> Option<crate::stream::rows::RowStats> {
+        self.rows.as_ref().map(crate::stream::rows::RowTable::stats)
     }
 
     /// `--prefetch K` or `--predict-prefetch` is on (the `moe-prefetch:` line and the

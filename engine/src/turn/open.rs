@@ -114,6 +114,7 @@ impl<'m> Engine<'m> {
             template,
             think_ctl,
             _dense_arena: streamed.dense_arena,
+            rows: streamed.rows,
             governor: (cfg.adaptive_threads && cfg.threads > 1)
                 .then(|| ThreadGovernor::new(cfg.threads)),
             interrupt: None,

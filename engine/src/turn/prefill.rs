@@ -52,6 +52,7 @@ impl Engine<'_> {
                 pos0: from as i64,
                 n_tokens: chunk.len(),
             };
+            self.fetch_rows(&chunk, note)?;
             Outputs::begin_decode(&mut self.ctx, span);
             let r = self.ctx.decode(&mut chunk);
             self.outputs.end_decode(&mut self.ctx, span, note);

@@ -14,6 +14,7 @@ use crate::model::facts::ModelFacts;
 use crate::model::registry::Recipe;
 use crate::sinks::csv::ResolvedRun;
 use crate::stream::layout::{ExpertLayout, bind};
+use crate::stream::rows::{MIN_TABLE_BYTES, RowTable, RowTableSpec};
 use crate::stream::{StreamSettings, Streamer};
 use crate::vm::Arena;
 use std::io::Write;
@@ -27,6 +28,8 @@ pub(super) struct Streaming {
     pub auto_budget: Option<u64>,
     /// `--dense-weights anon`'s pages.
     pub dense_arena: Option<Arena>,
+    /// `--row-stream`'s table, when one qualified.
+    pub rows: Option<RowTable>,
 }
 
 /// Captures the expert tensors, starts the streamer on the hook, and records what was resolved
@@ -79,6 +82,17 @@ pub(super) fn start_streaming(
     streamer.set_poison(cfg.poison);
     let dense_arena = apply_dense_policy(cfg, facts, &streamer, &weight_addrs, sc, note)?;
     resolved.dense_weights = cfg.dense_weights;
+    let rows = match cfg.row_stream {
+        Some(budget) => row_table(
+            facts,
+            &weight_addrs,
+            ctx.model().n_vocab(),
+            budget,
+            sc,
+            note,
+        )?,
+        None => None,
+    };
     let _ = writeln!(
         note,
         "bmoe: expert streaming ON  n_expert={n_expert} o_direct={} io_threads={} cache={} MiB shards={} cache_cycle={:.1} MiB{}",
@@ -111,7 +125,84 @@ pub(super) fn start_streaming(
     Ok(Streaming {
         auto_budget,
         dense_arena,
+        rows,
     })
+}
+
+/// The token embedding as a row-gathered table, or why it does not qualify (said on `note`).
+fn row_table_spec(
+    facts: &ModelFacts,
+    weight_addrs: &[(String, usize)],
+    n_vocab: usize,
+) -> Result<RowTableSpec, &'static str> {
+    const NAME: &str = "token_embd.weight";
+    let place = facts
+        .index
+        .tensors
+        .get(NAME)
+        .ok_or("the model has no token_embd.weight")?;
+    let addr = weight_addrs
+        .iter()
+        .find(|(n, _)| n == NAME)
+        .map(|w| w.1)
+        .ok_or("the graph never read it")?;
+    // a tied head (no output.weight: llama.cpp reuses token_embd as the output matmul's
+    // weight) reads every row on every token, so streaming it would read the whole table
+    let tied = !facts.index.tensors.contains_key("output.weight")
+        || weight_addrs.iter().any(|(n, a)| *a == addr && n != NAME);
+    if tied {
+        return Err("it is also the output head (tied embeddings): a matmul reads every row");
+    }
+    if (place.size as usize) < MIN_TABLE_BYTES {
+        return Err("it is smaller than 1 MiB");
+    }
+    if n_vocab == 0 || !(place.size as usize).is_multiple_of(n_vocab) {
+        return Err("its size is not a whole number of vocabulary rows");
+    }
+    let path = facts
+        .index
+        .shards
+        .get(place.shard)
+        .ok_or("its shard is unknown")?;
+    Ok(RowTableSpec {
+        name: NAME.to_string(),
+        path: path.clone(),
+        addr,
+        file_offset: place.offset,
+        bytes: place.size as usize,
+        n_rows: n_vocab,
+    })
+}
+
+/// `--row-stream`: takes the token embedding over when it qualifies; says what happened.
+fn row_table(
+    facts: &ModelFacts,
+    weight_addrs: &[(String, usize)],
+    n_vocab: usize,
+    budget: u64,
+    sc: StreamConfig,
+    note: &mut dyn Write,
+) -> Result<Option<RowTable>, EngineError> {
+    let spec = match row_table_spec(facts, weight_addrs, n_vocab) {
+        Ok(s) => s,
+        Err(why) => {
+            let _ = writeln!(
+                note,
+                "bmoe: --row-stream: token_embd.weight stays resident — {why}"
+            );
+            return Ok(None);
+        }
+    };
+    let mib = spec.bytes as f64 / MIB;
+    let (t, _) = RowTable::take_over(spec, budget, sc.o_direct).map_err(EngineError::RowSetup)?;
+    let _ = writeln!(
+        note,
+        "bmoe: --row-stream: {} ({mib:.1} MiB) bound to reserved address space, row cache {:.1} MiB, o_direct={}",
+        t.name(),
+        budget as f64 / MIB,
+        u8::from(t.is_direct())
+    );
+    Ok(Some(t))
 }
 
 /// The cache budget in MiB (`--cache-mb`, or sized now under `auto`), and the auto choice;

@@ -18,6 +18,7 @@ mod predict;
 mod prefetch;
 mod reasoning;
 mod routing;
+mod row_stream;
 mod session;
 mod signals;
 mod speculation;

@@ -62,8 +62,15 @@ pub struct SynthArgs {
     #[arg(long)]
     pub ctx: Option<u32>,
     /// Extra filler tokens appended to the byte-level vocabulary.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "vocab")]
     pub vocab_extra: Option<u32>,
+    /// Total vocabulary size (e.g. 151936 for Qwen3): filler tokens pad the byte-level one, so
+    /// the embedding and output tables have their real size
+    #[arg(long, value_name = "N")]
+    pub vocab: Option<u64>,
+    /// Leave out output.weight: llama.cpp then reuses token_embd.weight as the output head
+    #[arg(long)]
+    pub tied_output: bool,
     /// Expert weight type: F32, F16, Q8_0, Q4_K, MXFP4.
     #[arg(long, value_parser = parse_type)]
     pub expert_quant: Option<GgmlType>,
@@ -114,7 +121,10 @@ fn parse_type(s: &str) -> Result<GgmlType, String> {
 
 impl SynthArgs {
     /// The options these arguments select.
-    pub fn options(&self) -> SynthOptions {
+    ///
+    /// # Errors
+    /// `--vocab` below the tokenizer's own size.
+    pub fn options(&self) -> anyhow::Result<SynthOptions> {
         let mut o = SynthOptions::preset(self.preset);
         macro_rules! set {
             ($($arg:ident => $field:ident),* $(,)?) => {
@@ -129,13 +139,19 @@ impl SynthArgs {
             router_skew => router_skew, split => n_split, alignment => alignment,
             mtp_layers => n_mtp_layers,
         );
-        o
+        if let Some(n) = self.vocab {
+            o.set_vocab(n).map_err(|e| {
+                anyhow::anyhow!("--vocab {n}: {e}\nhint: use --vocab {} or more", e.base)
+            })?;
+        }
+        o.tied_output |= self.tied_output;
+        Ok(o)
     }
 }
 
 /// Run `model synth`.
 pub fn run(a: &SynthArgs) -> anyhow::Result<()> {
-    let opts = a.options();
+    let opts = a.options()?;
     let plan = plan_model(&opts, &a.output)
         .with_context(|| format!("cannot plan preset {} with these options", a.preset.name()))?;
     let total = plan.total_bytes();

@@ -98,7 +98,9 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
     );
     // llama.cpp reads the final norm under this name (LLM_TENSOR_OUTPUT_NORM_LFM2).
     b.add("token_embd_norm.weight", f32t, &[e], Init::Ones);
-    b.add_matrix("output.weight", f32t, &[e, nv]);
+    if !o.tied_output {
+        b.add_matrix("output.weight", f32t, &[e, nv]);
+    }
     for i in 0..o.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}");
         b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);

@@ -179,9 +179,41 @@ pub struct SynthOptions {
     /// MTP (NextN) head blocks appended after the trunk (qwen35moe only; llama.cpp runs at most
     /// one). 0 = no head, the file every other preset writes.
     pub n_mtp_layers: u32,
+    /// Leave out `output.weight`: llama.cpp then reuses `token_embd.weight` as the output head
+    /// (tied embeddings).
+    pub tied_output: bool,
+}
+
+/// A vocabulary size below the tokenizer's own tokens.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("vocabulary size {asked} is below the {base} tokens the byte-level tokenizer itself needs")]
+pub struct VocabTooSmall {
+    /// The size asked for.
+    pub asked: u64,
+    /// The smallest possible.
+    pub base: u64,
 }
 
 impl SynthOptions {
+    /// The smallest vocabulary: byte tokens, merges, control and think tokens.
+    pub fn base_vocab() -> u64 {
+        tokenizer::Vocab::new(0).len()
+    }
+
+    /// Sets the total vocabulary size (e.g. 151,936 for Qwen3) by padding with filler tokens.
+    ///
+    /// # Errors
+    /// `n` is below [`Self::base_vocab`].
+    pub fn set_vocab(&mut self, n: u64) -> Result<(), VocabTooSmall> {
+        let base = Self::base_vocab();
+        let extra = n
+            .checked_sub(base)
+            .and_then(|x| u32::try_from(x).ok())
+            .ok_or(VocabTooSmall { asked: n, base })?;
+        self.vocab_extra = extra;
+        Ok(())
+    }
+
     /// The options of a preset.
     pub fn preset(p: Preset) -> Self {
         let tiny = Self {
@@ -205,6 +237,7 @@ impl SynthOptions {
             n_split: 1,
             alignment: 4096,
             n_mtp_layers: 0,
+            tied_output: false,
         };
         match p {
             Preset::Tiny => tiny,

@@ -137,7 +137,9 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         Init::Random { std: 1.0 },
     );
     b.add("output_norm.weight", f32t, &[e], Init::Ones);
-    b.add_matrix("output.weight", f32t, &[e, nv]);
+    if !o.tied_output {
+        b.add_matrix("output.weight", f32t, &[e, nv]);
+    }
     for i in 0..o.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}");
         b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);

@@ -469,3 +469,22 @@ fn writes_leave_only_complete_files_and_expert_ranges_point_at_experts() {
         assert!(slice == &whole[5 * *len as usize..6 * *len as usize]);
     }
 }
+
+#[test]
+fn vocab_sets_the_total_size_and_tied_drops_the_output_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small(Preset::Tiny);
+    assert!(opts.set_vocab(SynthOptions::base_vocab() - 1).is_err());
+    opts.set_vocab(3000).unwrap();
+    opts.tied_output = true;
+    let path = dir.path().join("v.gguf");
+    write_model(&opts, &path).unwrap();
+    let m = GgufModel::open(&path).unwrap();
+    let embd = m
+        .tensors()
+        .iter()
+        .find(|t| t.info.name == "token_embd.weight")
+        .unwrap();
+    assert_eq!(embd.info.dims[1], 3000);
+    assert!(m.tensors().iter().all(|t| t.info.name != "output.weight"));
+}
