@@ -87,7 +87,8 @@ const TOKENIZERS: &[&str] = &[
 ];
 
 /// The tensors llama.cpp's loader requires of an architecture (src/models/<arch>.cpp, flag 0),
-/// globally and in every layer; a layer may hold a fused `attn_qkv` instead of `attn_q/k/v`.
+/// globally and in every layer; a layer may hold a fused `attn_qkv` instead of `attn_q/k/v`. A
+/// name without a `.` means its `.weight`; `x.bias` is the bias.
 const REQUIRED: &[(&str, &[&str], &[&str])] = &[
     (
         "qwen3moe",
@@ -121,7 +122,36 @@ const REQUIRED: &[(&str, &[&str], &[&str])] = &[
             "ffn_down_shexp",
         ],
     ),
+    (
+        // src/models/openai-moe.cpp
+        "gpt-oss",
+        &["token_embd", "output_norm", "output"],
+        &[
+            "attn_norm",
+            "post_attention_norm",
+            "attn_output",
+            "attn_sinks",
+            "ffn_gate_inp",
+            "ffn_gate_exps",
+            "ffn_up_exps",
+            "ffn_down_exps",
+            "attn_output.bias",
+            "ffn_gate_inp.bias",
+            "ffn_gate_exps.bias",
+            "ffn_up_exps.bias",
+            "ffn_down_exps.bias",
+        ],
+    ),
 ];
+
+/// The tensor name of a [`REQUIRED`] entry: `x` is `x.weight`, `x.bias` stays.
+fn required_name(prefix: &str, entry: &str) -> String {
+    if entry.contains('.') {
+        format!("{prefix}{entry}")
+    } else {
+        format!("{prefix}{entry}.weight")
+    }
+}
 
 /// What to do about a file that fails a check.
 const HINT_CORRUPT: &str = "the file's header is corrupt or was edited; re-create or re-download it (a synthetic model: `bmoe-bench model synth`)";
@@ -1021,16 +1051,17 @@ impl<'a> Checker<'a> {
             )
         };
         for g in *global {
-            let name = format!("{g}.weight");
+            let name = required_name("", g);
             if self.tensor(&name).is_none() {
                 return Err(missing(name));
             }
         }
         for il in 0..self.n_layer {
-            let has = |s: &str| self.tensor(&format!("blk.{il}.{s}.weight")).is_some();
+            let prefix = format!("blk.{il}.");
+            let has = |s: &str| self.tensor(&required_name(&prefix, s)).is_some();
             for s in per_layer.iter().copied() {
                 if !has(s) {
-                    return Err(missing(format!("blk.{il}.{s}.weight")));
+                    return Err(missing(required_name(&prefix, s)));
                 }
             }
             if !has("attn_qkv") {

@@ -1,24 +1,37 @@
 //! Prefill splitting: a prompt decoded as one batch routes many tokens, and each layer must hold
 //! the union of their experts at once (the expert matmul of a batch reads them all). When that
-//! union can exceed the cache budget, the prompt is decoded in chunks small enough that it
-//! cannot.
+//! union can exceed the cache budget, the prompt is decoded in chunks.
 //!
-//! The worst-case union of a chunk of `u` tokens in a layer is `min(u·k, n_expert)` experts. A
-//! whole layer that fits the budget needs no split; otherwise the chunk is the largest `u` with
-//! `u·k` experts of the widest layer within the budget, and at least one token (a budget below
-//! one token's layer load cannot be met by splitting: that load is the floor every decode pays).
-//! With the split and eviction before reading, the experts resident during a load never exceed
-//! `max(budget, one token's layer load)`.
+//! The budget rule (issue #21). The cache holds at most `budget` bytes *beyond the current
+//! layer's load* (stream::cache), so the layer being computed is staged transiently on top of the
+//! budget, for that layer only, and is evicted before the next layer reads. That staging is
+//! bounded by one whole layer's experts, `n_expert × max entry`, whatever the batch. So once a
+//! batch is big enough that its union can be the whole layer, a bigger batch costs no more expert
+//! memory, only activation memory, which grows linearly with the batch; and a smaller batch
+//! costs reads (each chunk re-reads its union) and per-decode overhead (a 628-token prompt in
+//! 2-token chunks was 18–28× slower than unconstrained on the tiny model).
 //!
-//! `--cache-mb 0` (cache off) is not split: it promises only that no layer other than the
-//! current one stays resident, and a prompt's union is the current layer's experts. Splitting it
-//! would multiply the prefill's reads by up to `n_expert / k`.
+//! So when a whole layer does not fit the budget — including `--cache-mb 0` (cache off) — the
+//! prompt is decoded in chunks of [`WAVE_TOKENS`] tokens (at least `⌈n_expert / k⌉`, the smallest
+//! batch whose union can be a whole layer). The earlier rule — the largest `u` whose `u·k`
+//! experts fit the budget — always gives a smaller batch than that (`u·k < n_expert` below a
+//! whole layer), down to one token. The expert memory of a prefill is then at most
+//! `budget + one whole layer`, and its activation memory that of a `wave`-token batch — the same
+//! for every budget below a layer, so cache off never peaks above a 1 MiB cache (before, cache
+//! off prefilled the whole prompt in one batch and its compute buffer grew with the prompt).
 //!
 //! Splitting changes the batches llama.cpp computes, and a matmul's result depends on its batch
 //! size, so the split run's logits equal those of a resident run with `--ubatch <chunk>` (which
 //! cuts the same batches), not those of an unsplit one. The chunk boundaries sit at absolute
 //! positions (multiples of the chunk), so a prompt continued later is cut where a one-shot run
 //! of the whole text would be.
+
+/// Tokens per prefill decode when a whole layer does not fit the budget: the batch past which
+/// more tokens add activation memory but no expert memory. 64 is where the tiny model's
+/// prefill reaches the unconstrained rate (`scripts/bench-prefill-budget.sh`: a 628-token prompt
+/// in 64-token batches ran at 1.1× the unconstrained wall, in 16-token batches at 11.7×) while
+/// its peak RSS stays within 0.3 MiB of a 16-token batch's.
+pub const WAVE_TOKENS: usize = 64;
 
 /// How a prefill is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,9 +44,9 @@ pub struct PrefillSplit {
     pub whole_layer_bytes: u64,
 }
 
-/// The split for a cache of `budget` bytes over layers of `n_expert` experts of at most
-/// `max_entry_bytes` each, routed `top_k` per token; `None` when no split is needed (cache off,
-/// or a whole layer fits).
+/// The split for a cache of `budget` bytes (0 = cache off) over layers of `n_expert` experts of
+/// at most `max_entry_bytes` each, routed `top_k` per token; `None` when a whole layer fits the
+/// budget (nothing to split).
 pub fn split_for(
     budget: u64,
     n_expert: usize,
@@ -42,15 +55,18 @@ pub fn split_for(
 ) -> Option<PrefillSplit> {
     let k = top_k.clamp(1, n_expert.max(1)) as u64;
     let whole_layer_bytes = n_expert as u64 * max_entry_bytes;
-    if budget == 0 || max_entry_bytes == 0 || whole_layer_bytes <= budget {
+    if max_entry_bytes == 0 || (budget > 0 && whole_layer_bytes <= budget) {
         return None;
     }
-    let chunk = (budget / (k * max_entry_bytes)).max(1);
-    // below a whole layer, chunk·k < n_expert, so the union bound is chunk·k experts
-    let chunk = usize::try_from(chunk).unwrap_or(usize::MAX);
+    // A batch that fits the budget without staging has u·k < n_expert, so it is always smaller
+    // than the wave: below a whole layer the wave is the chunk, whatever the budget.
+    let chunk = WAVE_TOKENS.max(n_expert.div_ceil(k as usize));
     Some(PrefillSplit {
         chunk,
-        chunk_union_bytes: (chunk as u64 * k).min(n_expert as u64) * max_entry_bytes,
+        chunk_union_bytes: (chunk as u64)
+            .saturating_mul(k)
+            .min(n_expert as u64)
+            .saturating_mul(max_entry_bytes),
         whole_layer_bytes,
     })
 }
@@ -69,7 +85,7 @@ impl PrefillSplit {
     pub fn note(&self, budget_mb: u64) -> String {
         const MIB: f64 = 1024.0 * 1024.0;
         format!(
-            "prefill split into decodes of ≤{} tokens: a whole layer's experts ({:.1} MiB) exceed --cache-mb {budget_mb}, a {}-token batch routes ≤{:.1} MiB per layer (a resident run matches with --ubatch {})",
+            "prefill split into decodes of ≤{} tokens: a whole layer's experts ({:.1} MiB) exceed --cache-mb {budget_mb}, a {}-token batch routes ≤{:.1} MiB per layer, staged beyond the cache for that layer only (a resident run matches with --ubatch {})",
             self.chunk,
             self.whole_layer_bytes as f64 / MIB,
             self.chunk,
@@ -86,38 +102,41 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     #[test]
-    fn no_split_when_the_cache_is_off_or_a_whole_layer_fits() {
-        assert_eq!(split_for(0, 128, 8, 2 * MIB), None);
+    fn no_split_only_when_a_whole_layer_fits() {
         assert_eq!(split_for(256 * MIB, 128, 8, 2 * MIB), None);
+        assert_eq!(split_for(0, 128, 8, 2 * MIB).map(|s| s.chunk), Some(64));
         assert_eq!(
             split_for(255 * MIB, 128, 8, 2 * MIB).map(|s| s.chunk),
-            Some(15)
+            Some(64)
         );
     }
 
     #[test]
-    fn the_chunk_keeps_its_union_within_the_budget() {
-        // the Qwen3-30B-A3B shape: 128 experts of 2.53 MiB, top-8
-        let entry = 2_654_208;
-        for budget_mb in [30u64, 100, 200, 300] {
-            let s = split_for(budget_mb * MIB, 128, 8, entry).unwrap();
-            assert!(s.chunk_union_bytes <= budget_mb * MIB, "{budget_mb}: {s:?}");
-            // one more token would not fit
-            assert!(
-                (s.chunk as u64 + 1) * 8 * entry > budget_mb * MIB,
-                "{budget_mb}"
-            );
-        }
-        // a whole layer is 324 MiB: a 1 GiB cache never splits, 256 MiB prefills 12 at a time
-        assert_eq!(split_for(1024 * MIB, 128, 8, entry), None);
-        assert_eq!(split_for(256 * MIB, 128, 8, entry).unwrap().chunk, 12);
+    fn cache_off_and_a_tiny_cache_cut_the_same_batches() {
+        // the tiny preset's shape: 8 experts of 200 KiB, top-2
+        let entry = 200 * 1024;
+        let off = split_for(0, 8, 2, entry).unwrap();
+        let one = split_for(MIB, 8, 2, entry).unwrap();
+        assert_eq!(off, one);
+        assert_eq!(off.chunk, WAVE_TOKENS);
+        // the staging bound is one whole layer, not the chunk's k·u experts
+        assert_eq!(off.chunk_union_bytes, off.whole_layer_bytes);
     }
 
     #[test]
-    fn a_budget_below_one_token_still_prefills_one_token_at_a_time() {
-        let s = split_for(MIB, 8, 2, 200 * 1024 * 3).unwrap();
-        assert_eq!(s.chunk, 1);
-        assert!(s.chunk_union_bytes > MIB, "the floor every decode pays");
+    fn below_a_whole_layer_the_chunk_is_the_wave() {
+        // the Qwen3-30B-A3B shape: 128 experts of 2.53 MiB, top-8; a whole layer is 324 MiB
+        let entry = 2_654_208;
+        assert_eq!(split_for(1024 * MIB, 128, 8, entry), None);
+        for budget_mb in [0u64, 30, 100, 200, 300] {
+            let s = split_for(budget_mb * MIB, 128, 8, entry).unwrap();
+            assert_eq!(s.chunk, WAVE_TOKENS, "{budget_mb}");
+            assert!(s.chunk_union_bytes <= s.whole_layer_bytes, "{budget_mb}");
+        }
+        // many experts with a small top-k: the wave grows until its union can be a whole layer
+        assert_eq!(split_for(MIB, 512, 2, entry).unwrap().chunk, 256);
+        // just below a whole layer: still the wave, a layer's union staged
+        assert_eq!(split_for(1023 * MIB, 1024, 1, MIB).unwrap().chunk, 1024);
     }
 
     #[test]

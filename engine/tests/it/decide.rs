@@ -661,12 +661,12 @@ fn streamed_experts_score_exactly_as_resident_ones() {
     let resident_split = decides(&session(&["--ubatch", &chunk], &requests));
     let split = decides(&records);
     check(&resident_split, &split, "--cache-mb 1");
-    // the split is real: in chunks whose union fits 1 MiB, the cache cannot keep what the next
-    // chunk needs, so the prefill reads far more than the one pass over every routed expert an
-    // unsplit prefill makes
+    // below a layer, cache off and a 1 MiB cache cut the same waves (stream::prefill): each
+    // wave re-reads its layers' unions, and the 1 MiB cache can only spare some of those reads
     assert!(
-        split[0].prefill_read_mib > 2.0 * streamed[0].prefill_read_mib,
-        "split {} MiB vs unsplit {} MiB",
+        split[0].prefill_read_mib > 0.0
+            && split[0].prefill_read_mib <= streamed[0].prefill_read_mib,
+        "1 MiB cache read {} MiB vs cache off {} MiB",
         split[0].prefill_read_mib,
         streamed[0].prefill_read_mib
     );

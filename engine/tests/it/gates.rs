@@ -690,9 +690,10 @@ fn adaptive_threads_change_no_logit_and_report_the_split() {
     }
 }
 
-/// A prompt long enough that every expert of every layer is routed by some token.
+/// A prompt long enough that every expert of every layer is routed by some token, and that
+/// takes several prefill chunks (about 270 tokens on the byte-level synthetic vocabulary).
 fn long_prompt() -> String {
-    (0..3)
+    (0..8)
         .map(|i| format!("token{i} the quick brown fox jumps; "))
         .collect()
 }
@@ -717,12 +718,34 @@ fn peak_run(model: &Path, extra: &[&str]) -> (u64, String, Vec<(String, String)>
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no peak report:\n{stderr}"));
-    let steps = stderr
+    (peak, stderr.clone(), logits_lines(&stderr))
+}
+
+/// The `logits-hash` lines of a run's stderr.
+fn logits_lines(stderr: &str) -> Vec<(String, String)> {
+    stderr
         .lines()
         .filter(|l| l.starts_with("logits-hash "))
         .map(|l| (l.to_string(), String::new()))
-        .collect();
-    (peak, stderr, steps)
+        .collect()
+}
+
+/// The resident run of [`long_prompt`], cut into `--ubatch chunk` batches if given.
+fn resident_long(model: &Path, chunk: Option<u32>) -> Vec<(String, String)> {
+    let ubatch = chunk.map(|u| ["--ubatch".to_string(), u.to_string()]);
+    let out = cli()
+        .arg("-m")
+        .arg(model)
+        .args(["-p", &long_prompt(), "-n", "4", "-t", "2", "-c", "512"])
+        .arg("--dump-logits-hash")
+        .args(ubatch.iter().flatten())
+        .output()
+        .expect("run bmoe-cli");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let steps = logits_lines(&stderr);
+    assert_eq!(steps.len(), 4, "{stderr}");
+    steps
 }
 
 #[test]
@@ -738,14 +761,7 @@ fn a_prefill_whose_union_exceeds_the_cache_is_split_and_stays_within_budget() {
         whole_layer > budget + layer_load,
         "the model must be able to overshoot"
     );
-
-    // the control: unsplit (cache off), a long prompt's union is a whole layer
-    let (peak_off, stderr_off, _) = peak_run(m, &["--cache-mb", "0"]);
-    assert!(!stderr_off.contains("prefill split"), "{stderr_off}");
-    assert!(
-        peak_off > budget + layer_load,
-        "an unsplit long prefill holds {peak_off} B (a whole layer is {whole_layer} B)"
-    );
+    let n_prompt = long_prompt().len() as u32;
 
     let csv = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let (peak, stderr, streamed) = peak_run(
@@ -753,14 +769,14 @@ fn a_prefill_whose_union_exceeds_the_cache_is_split_and_stays_within_budget() {
         &["--cache-mb", "1", "--csv", csv.path().to_str().unwrap()],
     );
     let chunk = split_chunk(&stderr).unwrap_or_else(|| panic!("no split note:\n{stderr}"));
-    assert_eq!(
-        u64::from(chunk),
-        (budget / layer_load).max(1),
-        "the largest batch whose top-k union fits"
-    );
     assert!(
-        peak <= budget + layer_load,
-        "resident expert memory {peak} B exceeds the {budget} B budget + one layer load {layer_load} B"
+        u64::from(chunk) * u64::from(info.n_expert_used) >= u64::from(info.n_expert),
+        "a chunk of {chunk} tokens cannot route a whole layer: a tinier batch than needed"
+    );
+    assert!(chunk < n_prompt / 2, "the long prompt takes several chunks");
+    assert!(
+        peak <= budget + whole_layer,
+        "resident expert memory {peak} B exceeds the {budget} B budget + one layer staged ({whole_layer} B)"
     );
     let preamble = std::fs::read_to_string(csv.path()).unwrap();
     assert!(
@@ -769,24 +785,55 @@ fn a_prefill_whose_union_exceeds_the_cache_is_split_and_stays_within_budget() {
         preamble.lines().take(4).collect::<Vec<_>>().join("\n")
     );
 
+    // cache off cuts the same batches (its compute buffer no bigger than a 1 MiB cache's) and
+    // keeps at most the current layer
+    let (peak_off, stderr_off, streamed_off) = peak_run(m, &["--cache-mb", "0"]);
+    assert_eq!(split_chunk(&stderr_off), Some(chunk), "{stderr_off}");
+    assert!(peak_off <= whole_layer, "cache off held {peak_off} B");
+
     // byte identity with the resident run that cuts the same batches
-    let resident = cli()
-        .arg("-m")
-        .arg(m)
-        .args(["-p", &long_prompt(), "-n", "4", "-t", "2", "-c", "512"])
-        .args(["--dump-logits-hash", "--ubatch", &chunk.to_string()])
-        .output()
-        .expect("run bmoe-cli");
-    let resident: Vec<(String, String)> = String::from_utf8_lossy(&resident.stderr)
-        .lines()
-        .filter(|l| l.starts_with("logits-hash "))
-        .map(|l| (l.to_string(), String::new()))
-        .collect();
-    assert_eq!(resident.len(), 4);
+    let resident = resident_long(m, Some(chunk));
     assert_eq!(
         streamed, resident,
         "split prefill vs resident --ubatch {chunk}"
     );
+    assert_eq!(
+        streamed_off, resident,
+        "cache off vs resident --ubatch {chunk}"
+    );
+}
+
+#[test]
+fn a_long_prefill_under_any_budget_matches_resident_serial_and_overlapped() {
+    let m = &models().q8;
+    let info =
+        bmoe_gguf::info::ModelInfo::from_model(&bmoe_gguf::GgufModel::open(m).unwrap()).unwrap();
+    let entry = info.layers.iter().map(|l| l.expert_bytes).max().unwrap();
+    let whole_layer = entry * u64::from(info.n_expert);
+    // a cache above one layer but below the model's experts: no split, evictions across layers
+    let evicting_mb = whole_layer.div_ceil(1 << 20) + 1;
+    assert!(
+        evicting_mb << 20 < whole_layer * info.layers.len() as u64,
+        "the evicting budget must be below the model's experts"
+    );
+    let evicting = evicting_mb.to_string();
+    let mut residents = std::collections::HashMap::new();
+    for lanes in [&[][..], &["--overlap"][..]] {
+        for cache in ["0", "1", evicting.as_str()] {
+            let mut args = vec!["--cache-mb", cache];
+            args.extend_from_slice(lanes);
+            let (_, stderr, streamed) = peak_run(m, &args);
+            let chunk = split_chunk(&stderr);
+            assert_eq!(chunk.is_some(), cache != evicting, "{args:?}:\n{stderr}");
+            let resident = residents
+                .entry(chunk)
+                .or_insert_with(|| resident_long(m, chunk));
+            assert_eq!(
+                &streamed, resident,
+                "{args:?} vs resident (chunk {chunk:?})"
+            );
+        }
+    }
 }
 
 /// Tokens generated by one run (the `generation:` summary line).

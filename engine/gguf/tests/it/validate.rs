@@ -802,3 +802,33 @@ fn bailingmoe3_keys_its_loader_refuses_are_errors_naming_the_key() {
 fn rewrite(model: &GgufModel, path: &Path, md: Vec<(String, MetaValue)>) {
     write_edited(model, path, |m, _| *m = md).unwrap();
 }
+
+#[test]
+fn a_gpt_oss_file_missing_a_tensor_its_loader_requires_is_refused_naming_it() {
+    // src/models/openai-moe.cpp creates each of these with flags 0 (required): sinks, the
+    // post-attention norm and the biases of the output projection, router and experts
+    let dir = tempfile::tempdir().unwrap();
+    let base = preset(dir.path(), Preset::GptOssTiny);
+    let model = GgufModel::open(&base).unwrap();
+    let required = [
+        "output.weight",
+        "blk.1.attn_sinks.weight",
+        "blk.1.post_attention_norm.weight",
+        "blk.1.attn_output.bias",
+        "blk.1.ffn_gate_inp.bias",
+        "blk.1.ffn_gate_exps.bias",
+        "blk.1.ffn_up_exps.bias",
+        "blk.1.ffn_down_exps.bias",
+        "blk.0.ffn_gate_exps.weight",
+    ];
+    for (i, name) in required.iter().enumerate() {
+        assert!(model.tensor(name).is_some(), "the preset has {name}");
+        let text = edited(&base, &format!("no-tensor-{i}"), |_, specs| {
+            specs.retain(|s| s.name != *name)
+        });
+        assert!(
+            text.contains(&format!("needs tensor {name}")),
+            "{name}: {text}"
+        );
+    }
+}
