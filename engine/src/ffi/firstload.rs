@@ -81,7 +81,7 @@ impl Drop for Armed {
 
 /// Reads the given file ranges of a mapped shard in and maps them (`base`: where file offset 0
 /// is mapped; `len`: the mapping's length), as `MAP_POPULATE` did for the whole file:
-/// `MADV_POPULATE_READ` (Linux 5.14+), or `MADV_WILLNEED` readahead where that is refused.
+/// `MADV_WILLNEED` readahead, then `MADV_POPULATE_READ` (Linux 5.14+; skipped where refused).
 /// Ranges are page-aligned outward and clamped to the mapping. Returns the bytes covered.
 pub fn advise_dense(base: usize, len: usize, ranges: &[(u64, u64)]) -> u64 {
     // the engine's page size (vm::PAGE); ffi cannot import vm, which imports ffi
@@ -93,10 +93,19 @@ pub fn advise_dense(base: usize, len: usize, ranges: &[(u64, u64)]) -> u64 {
         if s >= e {
             continue;
         }
+        let p = (base + s) as *mut libc::c_void;
+        // WILLNEED first: the mapping is MADV_RANDOM, so populating alone would fault one page
+        // per read; WILLNEED reads the range in large requests, then POPULATE_READ maps it
         // SAFETY: [base+s, base+e) lies inside a live read-only file mapping llama.cpp owns
-        // for the model's lifetime; WILLNEED only schedules readahead and changes no contents.
-        let rc =
-            unsafe { libc::madvise((base + s) as *mut libc::c_void, e - s, libc::MADV_WILLNEED) };
+        // for the model's lifetime; both advices only read pages in, changing no contents.
+        let rc = unsafe {
+            let ahead = libc::madvise(p, e - s, libc::MADV_WILLNEED);
+            if libc::madvise(p, e - s, libc::MADV_POPULATE_READ) == 0 {
+                0
+            } else {
+                ahead
+            }
+        };
         if rc == 0 {
             advised += (e - s) as u64;
         }
