@@ -6,7 +6,9 @@ use crate::cli::{Cli, RunConfig};
 use crate::error::EngineError;
 use crate::ffi::firstload::Armed;
 use crate::ffi::{Model, ModelOptions};
+use crate::memory::autocache::{measure, plain_oversize_warning};
 use crate::memory::dense::{DenseWeights, dense_pages};
+use crate::memory::picture::{MemorySnapshot, cgroup_memory};
 use crate::memory::residency::{dense_file_ranges, is_expert_tensor};
 use crate::model::default_model;
 use crate::model::facts::{ModelFacts, read_facts};
@@ -52,6 +54,9 @@ pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
         .stream
         .is_some()
         .then(|| crate::ffi::firstload::arm(&facts.index.shards));
+    if cfg.stream.is_none() {
+        warn_plain_oversize(&facts, &mut std::io::stderr());
+    }
     let model = Model::load(&cfg.model, &model_opts).map_err(EngineError::Load)?;
     if let Some(armed) = armed {
         read_dense_only(cfg, &facts, &armed, &mut std::io::stderr());
@@ -109,6 +114,21 @@ fn read_dense_only(cfg: &RunConfig, facts: &ModelFacts, armed: &Armed, note: &mu
         advised as f64 / (1024.0 * 1024.0),
         cfg.dense_weights.as_str()
     );
+}
+
+/// Plain mode on a model larger than usable memory: says so once, naming `--moe-stream`.
+fn warn_plain_oversize(facts: &ModelFacts, note: &mut dyn Write) {
+    let model_bytes: u64 = facts
+        .index
+        .shards
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    let (avail, cgroup) = measure(MemorySnapshot::sample().system, cgroup_memory().as_ref());
+    if let Some(w) = plain_oversize_warning(model_bytes, avail, cgroup) {
+        let _ = writeln!(note, "bmoe: warning: {w}");
+    }
 }
 
 /// llama.cpp's load options: the `--n-expert-used` override, checked against the model.
