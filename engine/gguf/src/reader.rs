@@ -36,10 +36,16 @@ impl GgufFile {
         let path = path.as_ref().to_path_buf();
         let file = File::open(&path).map_err(|e| GgufError::io(&path, e))?;
         let map = crate::mmap::map_readonly(&file).map_err(|e| GgufError::io(&path, e))?;
+        // The header is a few pages at the start: on a cold file, read-around on its faults
+        // (read_ahead_kb, often MiBs) would read tensor data nobody asked for — the expert bytes
+        // a streamed first load must not read. Normal readahead again for tensor readers.
+        // Best effort: advice only changes readahead.
+        let _ = map.advise(memmap2::Advice::Random);
         let header = parse_header(&map).map_err(|error| GgufError::Malformed {
             path: path.clone(),
             error,
         })?;
+        let _ = map.advise(memmap2::Advice::Normal);
         Ok(Self { path, map, header })
     }
 

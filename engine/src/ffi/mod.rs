@@ -1,6 +1,7 @@
 //! Safe wrappers over the llama.cpp C API (llama-cpp-sys-2). Every `unsafe` block of the engine
 //! that talks to llama.cpp lives in this module.
 
+pub mod firstload;
 mod graph;
 mod mtp;
 mod state;

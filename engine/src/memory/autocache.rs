@@ -169,6 +169,28 @@ pub fn measure(system: Option<SystemMemory>, cgroup: Option<&CgroupMemory>) -> (
     )
 }
 
+/// The warning a plain (non-streamed) run prints once when the model is larger than the memory
+/// it can use (`MemAvailable`, or the memory cgroup's headroom when tighter): plain mmap then
+/// re-reads weights from flash on every token. `None` when it fits or nothing was measured.
+pub fn plain_oversize_warning(
+    model_bytes: u64,
+    mem_available: u64,
+    cgroup_headroom: Option<u64>,
+) -> Option<String> {
+    let (usable, source) = match cgroup_headroom {
+        Some(c) if c < mem_available || mem_available == 0 => (c, "memory cgroup limit − usage"),
+        _ => (mem_available, "MemAvailable"),
+    };
+    if usable == 0 || model_bytes <= usable {
+        return None;
+    }
+    Some(format!(
+        "the model ({} MiB) is larger than the memory this run can use ({} MiB, {source}): plain mmap will re-read weights from flash on every token — run with --moe-stream to stream the experts",
+        model_bytes / MIB_U,
+        usable / MIB_U
+    ))
+}
+
 impl AutoBudget {
     /// The load-time note (stderr), e.g.
     /// `cache auto — 2006 MiB available (memory cgroup limit − usage) after reserving 971 MiB for the dense weights, leaving 501 MiB free (scaled) → 1505 MiB budget (cap 15552 MiB)`.
@@ -212,6 +234,24 @@ impl AutoBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_oversize_warns_only_when_the_model_exceeds_usable_memory() {
+        const G: u64 = 1 << 30;
+        assert_eq!(plain_oversize_warning(4 * G, 8 * G, None), None);
+        let w = plain_oversize_warning(17 * G, 20 * G, Some(8 * G)).expect("cgroup is tighter");
+        assert!(
+            w.contains("8192 MiB") && w.contains("cgroup") && w.contains("--moe-stream"),
+            "{w}"
+        );
+        let w = plain_oversize_warning(17 * G, 6 * G, Some(8 * G)).expect("MemAvailable tighter");
+        assert!(w.contains("6144 MiB") && w.contains("MemAvailable"), "{w}");
+        assert_eq!(
+            plain_oversize_warning(17 * G, 0, None),
+            None,
+            "nothing measured"
+        );
+    }
 
     const GIB: u64 = 1 << 30;
     const MIB_: u64 = 1 << 20;

@@ -4,7 +4,12 @@
 
 use crate::cli::{Cli, RunConfig};
 use crate::error::EngineError;
+use crate::ffi::firstload::Armed;
 use crate::ffi::{Model, ModelOptions};
+use crate::memory::autocache::{measure, plain_oversize_warning};
+use crate::memory::dense::{DenseWeights, dense_pages};
+use crate::memory::picture::{MemorySnapshot, cgroup_memory};
+use crate::memory::residency::{dense_file_ranges, is_expert_tensor};
 use crate::model::default_model;
 use crate::model::facts::{ModelFacts, read_facts};
 use crate::model::registry::recipe_for;
@@ -44,7 +49,18 @@ pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
     }
     let model_opts = model_options(cfg, &facts)?;
     create_outputs(cfg)?;
+    // streamed: llama.cpp must not read the experts at load (they are streamed from flash)
+    let armed = cfg
+        .stream
+        .is_some()
+        .then(|| crate::ffi::firstload::arm(&facts.index.shards));
+    if cfg.stream.is_none() {
+        warn_plain_oversize(&facts, &mut std::io::stderr());
+    }
     let model = Model::load(&cfg.model, &model_opts).map_err(EngineError::Load)?;
+    if let Some(armed) = armed {
+        read_dense_only(cfg, &facts, &armed, &mut std::io::stderr());
+    }
     // a model file cut under the mapping ends in an error, not a silent SIGBUS (docs/engine.md)
     crate::vm::sigbus::install(&facts.index.shards, cfg.session);
     crate::vm::sigbus::truncate_if_testing(&cfg.model)?;
@@ -59,6 +75,60 @@ pub fn load_model(cfg: &RunConfig) -> Result<LoadedModel, EngineError> {
         model,
         t_load,
     })
+}
+
+/// After a streamed load whose populate was dropped: reads in (populates) the dense ranges
+/// only (under `--dense-weights mmap`; `warm` and `anon` read them themselves), and says
+/// what happened on `note`.
+fn read_dense_only(cfg: &RunConfig, facts: &ModelFacts, armed: &Armed, note: &mut dyn Write) {
+    let maps = armed.mappings();
+    if maps.is_empty() {
+        // the binary is not wrapped (a test harness): llama.cpp read the file as before
+        return;
+    }
+    let mut advised = 0u64;
+    if cfg.dense_weights == DenseWeights::Mmap {
+        let experts: Vec<(usize, u64, u64)> = facts
+            .index
+            .tensors
+            .iter()
+            .filter(|(name, p)| is_expert_tensor(name) && p.size > 0)
+            .map(|(_, p)| (p.shard, p.offset, p.size))
+            .collect();
+        let pages = dense_pages(
+            &dense_file_ranges(&facts.index),
+            &experts,
+            facts.index.shards.len(),
+        );
+        for (shard, base, len) in &maps {
+            if let Some(ranges) = pages.get(*shard) {
+                advised += crate::ffi::firstload::advise_dense(*base, *len, ranges);
+            }
+        }
+    }
+    let _ = writeln!(
+        note,
+        "bmoe: first load — experts left on flash ({} mapping(s) not populated, {} WILLNEED advice(s) skipped); dense read {:.1} MiB ({})",
+        maps.len(),
+        armed.skipped_advice(),
+        advised as f64 / (1024.0 * 1024.0),
+        cfg.dense_weights.as_str()
+    );
+}
+
+/// Plain mode on a model larger than usable memory: says so once, naming `--moe-stream`.
+fn warn_plain_oversize(facts: &ModelFacts, note: &mut dyn Write) {
+    let model_bytes: u64 = facts
+        .index
+        .shards
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    let (avail, cgroup) = measure(MemorySnapshot::sample().system, cgroup_memory().as_ref());
+    if let Some(w) = plain_oversize_warning(model_bytes, avail, cgroup) {
+        let _ = writeln!(note, "bmoe: warning: {w}");
+    }
 }
 
 /// llama.cpp's load options: the `--n-expert-used` override, checked against the model.

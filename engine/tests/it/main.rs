@@ -9,6 +9,7 @@ mod cli_usage;
 mod decide;
 mod dense_split;
 mod digest;
+mod first_load;
 mod full_disk;
 mod gates;
 mod hostile_model;
