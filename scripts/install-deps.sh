@@ -13,6 +13,7 @@
 #   glslc                       compiles ggml's Vulkan compute shaders at build time
 #   libvulkan-dev               Vulkan loader + headers the ggml-vulkan backend links against
 #   mesa-vulkan-drivers         lavapipe, a Vulkan device on any machine (no GPU needed)
+#   spirv-headers               ggml-vulkan's CMake requires SPIRV-Headers (find_package CONFIG)
 #   vulkan-tools                vulkaninfo, to check which Vulkan devices the machine offers
 # The default set stays CPU-only: the README's two commands never pull these in.
 set -euo pipefail
@@ -39,7 +40,7 @@ for arg in "$@"; do
   esac
 done
 if [ "$PREFILL_DEVICE" = "1" ]; then
-  PACKAGES+=(glslc libvulkan-dev mesa-vulkan-drivers vulkan-tools)
+  PACKAGES+=(glslc libvulkan-dev spirv-headers mesa-vulkan-drivers vulkan-tools)
 fi
 
 missing=()

@@ -1,9 +1,11 @@
 //! Safe wrappers over the llama.cpp C API (llama-cpp-sys-2). Every `unsafe` block of the engine
 //! that talks to llama.cpp lives in this module.
 
+mod devices;
 mod graph;
 mod state;
 
+pub use devices::{BackendDevice, backend_devices, devices_listing};
 pub use graph::{EvalHook, Node, WeightRef};
 pub use state::SeqState;
 
