@@ -315,6 +315,10 @@ impl<'m, H: EvalHook> Context<'m, H> {
         cp.n_threads = opts.n_threads;
         cp.n_threads_batch = opts.n_threads;
         cp.no_perf = true;
+        // llama.cpp offloads large batches' ops on host weights to any device its build has
+        // (default true); a `prefill-device` build must not do so unasked, and the offload
+        // under `--prefill-device` is not built yet, so every context stays on the CPU.
+        cp.op_offload = false;
         if let Some(h) = hook {
             cp.cb_eval = Some(graph::eval_trampoline::<H>);
             cp.cb_eval_user_data = h.as_ptr().cast();
