@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh --prefill-device
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/prefill-device"
 nice -n 10 cargo test -p bmoe-engine --features prefill-device --lib cli::device
+nice -n 10 cargo test -p bmoe-engine --features prefill-device --test it devices::
 # the build must see the Vulkan device, and `--list-devices` must show it
-cargo build -p bmoe-engine --features prefill-device --bin bmoe-cli
+nice -n 10 cargo build -p bmoe-engine --features prefill-device --bin bmoe-cli
 listing="$("$CARGO_TARGET_DIR/debug/bmoe-cli" --list-devices)"
 echo "$listing"
 if ! grep -q '^Vulkan' <<<"$listing"; then
