@@ -7,6 +7,15 @@
 #   pkg-config, build-essential C/C++ toolchain pieces used by -sys crates
 #   tmux                        end-to-end tests of bmoe-top in a real terminal
 #   openssh-server              bmoe-bench tests of the `ssh` device against a local sshd
+#
+# Opt-in (`--prefill-device`, or BMOE_PREFILL_DEVICE=1): the Vulkan build of llama.cpp for the
+# engine's `prefill-device` feature, tested on Mesa's CPU Vulkan driver (lavapipe):
+#   glslc                       compiles ggml's Vulkan compute shaders at build time
+#   libvulkan-dev               Vulkan loader + headers the ggml-vulkan backend links against
+#   mesa-vulkan-drivers         lavapipe, a Vulkan device on any machine (no GPU needed)
+#   spirv-headers               ggml-vulkan's CMake requires SPIRV-Headers (find_package CONFIG)
+#   vulkan-tools                vulkaninfo, to check which Vulkan devices the machine offers
+# The default set stays CPU-only: the README's two commands never pull these in.
 set -euo pipefail
 
 PACKAGES=(
@@ -18,6 +27,21 @@ PACKAGES=(
   tmux
   openssh-server
 )
+
+PREFILL_DEVICE="${BMOE_PREFILL_DEVICE:-0}"
+for arg in "$@"; do
+  case "$arg" in
+    --prefill-device) PREFILL_DEVICE=1 ;;
+    *)
+      echo "error: unknown argument '$arg'" >&2
+      echo "hint: scripts/install-deps.sh [--prefill-device]" >&2
+      exit 2
+      ;;
+  esac
+done
+if [ "$PREFILL_DEVICE" = "1" ]; then
+  PACKAGES+=(glslc libvulkan-dev spirv-headers mesa-vulkan-drivers vulkan-tools)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

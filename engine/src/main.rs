@@ -25,6 +25,10 @@ fn main() -> ExitCode {
         print!("{listing}");
         return ExitStatus::Success.into();
     }
+    if let Some(listing) = cli.devices_listing() {
+        print!("{listing}");
+        return ExitStatus::Success.into();
+    }
     let mut err = std::io::stderr();
     let cfg = match cli.into_config(&mut err) {
         Ok(c) => c,

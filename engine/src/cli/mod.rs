@@ -5,6 +5,7 @@
 //! engine needs its value, into [`RunConfig`].
 
 mod config;
+mod device;
 mod error;
 mod habits;
 mod memory;
@@ -63,6 +64,14 @@ pub struct Cli {
     /// List the MoE architectures --moe-stream supports and exit
     #[arg(long = "list-archs")]
     list_archs: bool,
+    /// List the ggml backend devices this build and machine offer (name, type, memory,
+    /// description) and exit
+    #[arg(long = "list-devices")]
+    list_devices: bool,
+    /// Run the prompt's graph on this ggml backend device (a name from --list-devices; needs
+    /// a build with the prefill-device feature)
+    #[arg(long = "prefill-device", value_name = "NAME")]
+    prefill_device: Option<String>,
     /// The ids of the flags the command line gave (not left to their defaults).
     #[arg(skip)]
     given: Vec<String>,
@@ -114,6 +123,12 @@ impl Cli {
             .then(crate::model::registry::list_archs_text)
     }
 
+    /// `--list-devices`: the ggml backend devices, as printed.
+    pub fn devices_listing(&self) -> Option<String> {
+        self.list_devices
+            .then(|| crate::ffi::devices_listing(&crate::ffi::backend_devices()))
+    }
+
     /// Validates the flags (first failure wins, in the order of engine spec §1.5) and resolves
     /// them into a [`RunConfig`].
     ///
@@ -141,6 +156,9 @@ impl Cli {
             ));
         }
         self.check_prerequisites(stream.is_some(), poison.is_some())?;
+        if let Some(name) = &self.prefill_device {
+            device::check(name)?;
+        }
         let s = &self.session;
         Ok(RunConfig {
             model: shape.model,

@@ -1,11 +1,13 @@
 //! Safe wrappers over the llama.cpp C API (llama-cpp-sys-2). Every `unsafe` block of the engine
 //! that talks to llama.cpp lives in this module.
 
+mod devices;
 pub mod firstload;
 mod graph;
 mod mtp;
 mod state;
 
+pub use devices::{BackendDevice, backend_devices, devices_listing};
 pub use graph::{EvalHook, Node, WeightRef};
 pub use mtp::MtpHead;
 pub use state::SeqState;
@@ -355,6 +357,10 @@ impl<'m, H: EvalHook> Context<'m, H> {
         cp.n_threads = opts.n_threads;
         cp.n_threads_batch = opts.n_threads;
         cp.no_perf = true;
+        // llama.cpp offloads large batches' ops on host weights to any device its build has
+        // (default true); a `prefill-device` build must not do so unasked, and the offload
+        // under `--prefill-device` is not built yet, so every context stays on the CPU.
+        cp.op_offload = false;
         if let Some(h) = hook {
             cp.cb_eval = Some(graph::eval_trampoline::<H>);
             cp.cb_eval_user_data = h.as_ptr().cast();

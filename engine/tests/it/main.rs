@@ -8,6 +8,7 @@ mod cli_flags;
 mod cli_usage;
 mod decide;
 mod dense_split;
+mod devices;
 mod digest;
 mod first_load;
 mod full_disk;
