@@ -111,6 +111,35 @@ pub(super) struct Builder {
 }
 
 impl Builder {
+    pub(super) fn new() -> Self {
+        Builder {
+            tensors: Vec::new(),
+        }
+    }
+
+    /// The tensors every preset opens with: the F32 token embedding (rows drawn with
+    /// `embd_std`), the final norm (`norm` names it: llama.cpp's name varies by arch) and the
+    /// output head, which `o.tied_output` leaves out so llama.cpp reuses the embedding.
+    pub(super) fn add_embedding_and_head(
+        &mut self,
+        o: &SynthOptions,
+        n_vocab: u64,
+        embd_std: f32,
+        norm: &str,
+    ) {
+        let (e, f32t) = (o.n_embd, GgmlType::F32);
+        self.add(
+            "token_embd.weight",
+            f32t,
+            &[e, n_vocab],
+            Init::Random { std: embd_std },
+        );
+        self.add(norm, f32t, &[e], Init::Ones);
+        if !o.tied_output {
+            self.add_matrix("output.weight", f32t, &[e, n_vocab]);
+        }
+    }
+
     pub(super) fn add(&mut self, name: impl Into<String>, t: GgmlType, dims: &[u64], init: Init) {
         self.tensors.push(PlannedTensor {
             spec: TensorSpec::new(name, t, dims),
@@ -163,7 +192,17 @@ pub(super) fn inv_sqrt(n: u64) -> f32 {
     1.0 / (n.max(1) as f32).sqrt()
 }
 
-/// Build metadata and the tensor plan for `o`.
+/// The keys every synthesised file closes its metadata with: the tokenizer's, then bmoe's own
+/// provenance (seed and router skew, which `model inspect` reports).
+pub(super) fn trailing_keys(md: &mut Metadata, vocab: &Vocab, o: &SynthOptions) {
+    md.extend(vocab.metadata());
+    md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
+    md.push((
+        "bmoe.synth.router_skew".into(),
+        MetaValue::F32(o.router_skew),
+    ));
+}
+
 /// The keys every synthesised file opens with, in this order: identity, quantisation, context,
 /// width and depth (each builder appends its architecture's own keys after them).
 pub(super) fn leading_keys(a: &str, o: &SynthOptions) -> Metadata {
@@ -277,35 +316,19 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         ]),
         Arch::Qwen3Moe | Arch::Lfm2Moe | Arch::Qwen35Moe | Arch::DeepSeek4 | Arch::BailingMoe3 => {}
     }
-    md.extend(vocab.metadata());
-    md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
-    md.push((
-        "bmoe.synth.router_skew".into(),
-        MetaValue::F32(o.router_skew),
-    ));
+    trailing_keys(&mut md, &vocab, o);
 
     let dt = o.dense_type;
     let xt = o.expert_type;
     let f32t = GgmlType::F32;
-    let mut b = Builder {
-        tensors: Vec::new(),
-    };
+    let mut b = Builder::new();
     // gemma4 multiplies embeddings by sqrt(n_embd); keep its residual stream at unit scale too.
     let embd_std = if o.arch == Arch::Gemma4 {
         inv_sqrt(e)
     } else {
         1.0
     };
-    b.add(
-        "token_embd.weight",
-        f32t,
-        &[e, nv],
-        Init::Random { std: embd_std },
-    );
-    b.add("output_norm.weight", f32t, &[e], Init::Ones);
-    if !o.tied_output {
-        b.add_matrix("output.weight", f32t, &[e, nv]);
-    }
+    b.add_embedding_and_head(o, nv, embd_std, "output_norm.weight");
     let mut rope_freqs_done = false;
     for i in 0..o.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}");

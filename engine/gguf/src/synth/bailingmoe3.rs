@@ -7,7 +7,7 @@
 //! with sigmoid, group-limited routing and a selection bias, plus a dense shared expert. No MTP
 //! block is written.
 
-use super::arch::{Builder, Metadata, inv_sqrt, leading_keys};
+use super::arch::{Builder, Metadata, inv_sqrt, leading_keys, trailing_keys};
 use super::init::Init;
 use super::tokenizer::Vocab;
 use super::{PlannedTensor, SynthOptions};
@@ -106,25 +106,12 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         md.push((kv("expert_group_count"), MetaValue::U32(groups)));
         md.push((kv("expert_group_used_count"), MetaValue::U32(groups_used)));
     }
-    md.extend(vocab.metadata());
-    md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
-    md.push((
-        "bmoe.synth.router_skew".into(),
-        MetaValue::F32(o.router_skew),
-    ));
+    trailing_keys(&mut md, &vocab, o);
 
     let f32t = GgmlType::F32;
-    let mut b = Builder {
-        tensors: Vec::new(),
-    };
-    b.add(
-        "token_embd.weight",
-        f32t,
-        &[e, nv],
-        Init::Random { std: 1.0 },
-    );
-    b.add("output_norm.weight", f32t, &[e], Init::Ones);
-    b.add_matrix("output.weight", f32t, &[e, nv]);
+    let mut b = Builder::new();
+    // a tied head is fine: llama.cpp falls back to token_embd when output.weight is absent
+    b.add_embedding_and_head(o, nv, 1.0, "output_norm.weight");
     for i in 0..o.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}");
         b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);

@@ -7,7 +7,7 @@
 //! token-id hash table (`ffn_gate_tid2eid`), the rest by sqrt-softplus scores plus a selection
 //! bias; every layer has routed experts plus a dense shared expert. No MTP block is written.
 
-use super::arch::{Builder, Metadata, leading_keys};
+use super::arch::{Builder, Metadata, leading_keys, trailing_keys};
 use super::init::Init;
 use super::tokenizer::Vocab;
 use super::{PlannedTensor, SynthOptions};
@@ -166,25 +166,16 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         (kv("hyper_connection.epsilon"), MetaValue::F32(1e-6)),
         (kv("hash_layer_count"), MetaValue::U32(n_hash)),
     ]);
-    md.extend(vocab.metadata());
-    md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
-    md.push((
-        "bmoe.synth.router_skew".into(),
-        MetaValue::F32(o.router_skew),
-    ));
+    trailing_keys(&mut md, &vocab, o);
 
     let f32t = GgmlType::F32;
-    let mut b = Builder {
-        tensors: Vec::new(),
-    };
-    b.add(
-        "token_embd.weight",
-        f32t,
-        &[e, nv],
-        Init::Random { std: 1.0 },
-    );
-    b.add("output_norm.weight", f32t, &[e], Init::Ones);
-    b.add_matrix("output.weight", f32t, &[e, nv]);
+    if o.tied_output {
+        return Err(GgufError::Invalid(
+            "deepseek4 has no tied output head: llama.cpp requires output.weight".into(),
+        ));
+    }
+    let mut b = Builder::new();
+    b.add_embedding_and_head(o, nv, 1.0, "output_norm.weight");
     b.add_matrix("output_hc_fn.weight", f32t, &[HC_MULT * e, HC_MULT]);
     b.add("output_hc_base.weight", f32t, &[HC_MULT], Init::Zeros);
     b.add("output_hc_scale.weight", f32t, &[1], Init::Ones);

@@ -4,7 +4,7 @@
 //! the conv layers), the first layers have a dense MLP, the rest routed experts with sigmoid
 //! gating and an expert-selection bias (`exp_probs_b`).
 
-use super::arch::{Builder, Metadata, inv_sqrt, leading_keys};
+use super::arch::{Builder, Metadata, inv_sqrt, leading_keys, trailing_keys};
 use super::init::Init;
 use super::tokenizer::Vocab;
 use super::{PlannedTensor, SynthOptions};
@@ -78,29 +78,13 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
         (kv("expert_feed_forward_length"), MetaValue::U32(ff as u32)),
         (kv("expert_gating_func"), MetaValue::U32(GATING_SIGMOID)),
     ]);
-    md.extend(vocab.metadata());
-    md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
-    md.push((
-        "bmoe.synth.router_skew".into(),
-        MetaValue::F32(o.router_skew),
-    ));
+    trailing_keys(&mut md, &vocab, o);
 
     let (f32t, dt, xt) = (GgmlType::F32, o.dense_type, o.expert_type);
     let kv_dim = o.n_head_kv * hd;
-    let mut b = Builder {
-        tensors: Vec::new(),
-    };
-    b.add(
-        "token_embd.weight",
-        f32t,
-        &[e, nv],
-        Init::Random { std: 1.0 },
-    );
+    let mut b = Builder::new();
     // llama.cpp reads the final norm under this name (LLM_TENSOR_OUTPUT_NORM_LFM2).
-    b.add("token_embd_norm.weight", f32t, &[e], Init::Ones);
-    if !o.tied_output {
-        b.add_matrix("output.weight", f32t, &[e, nv]);
-    }
+    b.add_embedding_and_head(o, nv, 1.0, "token_embd_norm.weight");
     for i in 0..o.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}");
         b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);

@@ -8,7 +8,7 @@
 //! the `nextn.{eh_proj,enorm,hnorm,shared_head_norm}` tensors (`load_block_mtp`); it reuses
 //! `token_embd` and `output` (the optional `nextn.embed_tokens` / `shared_head_head` are omitted).
 
-use super::arch::{Builder, Metadata, inv_sqrt, leading_keys};
+use super::arch::{Builder, Metadata, inv_sqrt, leading_keys, trailing_keys};
 use super::init::Init;
 use super::tokenizer::Vocab;
 use super::{PlannedTensor, SynthOptions};
@@ -119,27 +119,11 @@ pub(super) fn build(o: &SynthOptions) -> Result<(Metadata, Vec<PlannedTensor>)> 
             MetaValue::U32(FULL_ATTN_INTERVAL),
         ),
     ]);
-    md.extend(vocab.metadata());
-    md.push(("bmoe.synth.seed".into(), MetaValue::U64(o.seed)));
-    md.push((
-        "bmoe.synth.router_skew".into(),
-        MetaValue::F32(o.router_skew),
-    ));
+    trailing_keys(&mut md, &vocab, o);
 
     let (f32t, dt) = (GgmlType::F32, o.dense_type);
-    let mut b = Builder {
-        tensors: Vec::new(),
-    };
-    b.add(
-        "token_embd.weight",
-        f32t,
-        &[e, nv],
-        Init::Random { std: 1.0 },
-    );
-    b.add("output_norm.weight", f32t, &[e], Init::Ones);
-    if !o.tied_output {
-        b.add_matrix("output.weight", f32t, &[e, nv]);
-    }
+    let mut b = Builder::new();
+    b.add_embedding_and_head(o, nv, 1.0, "output_norm.weight");
     for i in 0..o.n_layer {
         let p = |s: &str| format!("blk.{i}.{s}");
         b.add(p("attn_norm.weight"), f32t, &[e], Init::Ones);

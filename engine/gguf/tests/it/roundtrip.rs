@@ -488,3 +488,36 @@ fn vocab_sets_the_total_size_and_tied_drops_the_output_head() {
     assert_eq!(embd.info.dims[1], 3000);
     assert!(m.tensors().iter().all(|t| t.info.name != "output.weight"));
 }
+
+#[test]
+fn every_preset_honours_a_tied_head_or_refuses_it() {
+    // bailingmoe3's loader falls back to token_embd without output.weight; deepseek4's
+    // requires output.weight, so a tied deepseek4 is refused rather than written wrong
+    let dir = tempfile::tempdir().unwrap();
+    for preset in [
+        Preset::Tiny,
+        Preset::Lfm2MoeTiny,
+        Preset::Qwen35MoeTiny,
+        Preset::BailingMoe3Tiny,
+    ] {
+        let mut opts = small(preset);
+        opts.tied_output = true;
+        let path = dir.path().join(format!("{}.gguf", preset.name()));
+        write_model(&opts, &path).unwrap();
+        let m = GgufModel::open(&path).unwrap();
+        assert!(
+            m.tensors().iter().all(|t| t.info.name != "output.weight"),
+            "{}",
+            preset.name()
+        );
+        assert!(
+            m.tensors()
+                .iter()
+                .any(|t| t.info.name == "token_embd.weight")
+        );
+    }
+    let mut opts = small(Preset::DeepSeek4Tiny);
+    opts.tied_output = true;
+    let err = write_model(&opts, &dir.path().join("ds4.gguf")).unwrap_err();
+    assert!(err.to_string().contains("output.weight"), "{err}");
+}
