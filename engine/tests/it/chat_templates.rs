@@ -50,9 +50,14 @@ const PROMPT: &str = "Hi there";
 
 /// A model file carrying `template`, in `dir`.
 fn model_with(dir: &Path, name: &str, template: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.gguf"));
-    let opts = SynthOptions::preset(Preset::Tiny);
-    let mut plan = plan_model(&opts, &path).unwrap();
+    synth_with_template(&dir.join(format!("{name}.gguf")), Preset::Tiny, template)
+}
+
+/// `preset` synthesised at `path` with `template` as its `tokenizer.chat_template`; returns the
+/// (first) file written. Shared with the harmony tests in `reasoning`.
+pub(crate) fn synth_with_template(path: &Path, preset: Preset, template: &str) -> PathBuf {
+    let opts = SynthOptions::preset(preset);
+    let mut plan = plan_model(&opts, path).unwrap();
     let slot = plan
         .metadata
         .iter_mut()
@@ -61,7 +66,7 @@ fn model_with(dir: &Path, name: &str, template: &str) -> PathBuf {
     slot.1 = MetaValue::String(template.into());
     let specs: Vec<_> = plan.tensors.iter().map(|t| t.spec.clone()).collect();
     plan.layouts =
-        layout_model(&path, &plan.metadata, &specs, opts.alignment, opts.n_split).unwrap();
+        layout_model(path, &plan.metadata, &specs, opts.alignment, opts.n_split).unwrap();
     write_plan(&plan, opts.seed, &mut |_, _| {}).unwrap().paths[0].clone()
 }
 

@@ -8,9 +8,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
-use bmoe_gguf::MetaValue;
-use bmoe_gguf::synth::{Preset, SynthOptions, plan_model, write_plan};
-use bmoe_gguf::writer::layout_model;
+use crate::chat_templates::synth_with_template;
+use bmoe_gguf::synth::Preset;
 use bmoe_telemetry::deltas::TextAccumulator;
 use bmoe_telemetry::protocol::{Done, LineKind, Record, parse_line};
 use std::io::Write;
@@ -59,22 +58,8 @@ fn model() -> &'static Path {
         // under the target dir, not /tmp: tmpfs refuses O_DIRECT
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
         let path = dir.path().join("gpt-oss-harmony.gguf");
-        let opts = SynthOptions::preset(Preset::GptOssTiny);
-        let mut plan = plan_model(&opts, &path).unwrap();
-        let template = plan
-            .metadata
-            .iter_mut()
-            .find(|(k, _)| k == "tokenizer.chat_template")
-            .expect("synthetic models carry a chat template");
-        template.1 = MetaValue::String(HARMONY.into());
-        let specs: Vec<_> = plan.tensors.iter().map(|t| t.spec.clone()).collect();
-        plan.layouts =
-            layout_model(&path, &plan.metadata, &specs, opts.alignment, opts.n_split).unwrap();
-        let written = write_plan(&plan, opts.seed, &mut |_, _| {}).unwrap();
-        Fixture {
-            model: written.paths[0].clone(),
-            _dir: dir,
-        }
+        let model = synth_with_template(&path, Preset::GptOssTiny, HARMONY);
+        Fixture { model, _dir: dir }
     })
     .model
 }
