@@ -16,7 +16,7 @@ use bmoe_telemetry::protocol::{LineKind, Record, parse_line};
 use bmoe_telemetry::summary::PerfReport;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
@@ -453,14 +453,7 @@ fn the_mtp_ledger_matches_the_seed_one_shot_progress_and_session() {
     assert!(t.get_u64("mtp_drafted").unwrap() >= steps);
     let draft_s = t.get("mtp_draft_s/tok").unwrap().parse::<f64>().unwrap();
     assert!(draft_s > 0.0, "drafting cost nothing");
-    for r in &f.rows {
-        if r.mtp_batch == Some(0) {
-            assert_eq!(r.wall_ms, Some(0.0));
-            assert_eq!(r.read_bytes, Some(0));
-            assert_eq!(r.loop_overhead_ms, Some(0.0));
-        }
-        assert!(r.mtp_draft_ms.unwrap() <= r.loop_overhead_ms.unwrap());
-    }
+    crate::speculation::followers_carry_zeros(&f);
     assert!(f.rows.iter().skip(1).any(|r| r.mtp_draft_ms.unwrap() > 0.0));
     assert_eq!(f.info.spec.as_deref(), Some("mtp"));
     assert_eq!(f.info.spec_draft_max, Some(3));
@@ -472,7 +465,17 @@ fn the_mtp_ledger_matches_the_seed_one_shot_progress_and_session() {
     assert_eq!(perf.spec_acceptance.unwrap().tokens, 16);
 
     // a session: two turns on one KV, each with its own ledger in BMOE_DONE
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
+    let requests = dir.path().join("requests.jsonl");
+    let lines: Vec<String> = [(1, true), (2, false)]
+        .iter()
+        .map(|(id, clear)| {
+            format!(
+                r#"{{"cmd":"generate","id":{id},"prompt":"abcabc","n_predict":8,"clear_kv":{clear}}}"#
+            )
+        })
+        .collect();
+    std::fs::write(&requests, lines.join("\n") + "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe-cli"))
         .arg("-m")
         .arg(&p.echo)
         .args([
@@ -486,22 +489,9 @@ fn the_mtp_ledger_matches_the_seed_one_shot_progress_and_session() {
             "--ignore-eos",
         ])
         .args(MTP)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stdin(std::fs::File::open(&requests).unwrap())
+        .output()
         .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for (id, clear) in [(1, true), (2, false)] {
-            writeln!(
-                stdin,
-                r#"{{"cmd":"generate","id":{id},"prompt":"abcabc","n_predict":8,"clear_kv":{clear}}}"#
-            )
-            .unwrap();
-        }
-    }
-    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
