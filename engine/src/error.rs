@@ -65,9 +65,9 @@ pub enum EngineError {
         /// `general.architecture`.
         arch: String,
     },
-    /// `--mtp` on a model with a head that llama.cpp loads, but this build cannot draft from.
+    /// `--mtp` on a model whose head llama.cpp will not run as an MTP draft context.
     #[error(
-        "--mtp: this '{}' model has an MTP head ({layers} nextn layer(s)) that llama.cpp loads and runs, but this build's decode loop does not draft from it yet — the head's draft step exists (ffi::MtpHead: target hidden states → MTP context → drafts), its catch-up after prefill and after each verify decode, and streaming the head's own experts, do not",
+        "--mtp: this '{}' model declares an MTP head ({layers} nextn layer(s)), but llama.cpp refused to build an MTP draft context over it (this build has no MTP graph for the architecture, or the head is incomplete)",
         bmoe_gguf::escape(arch)
     )]
     MtpDraftingUnavailable {
@@ -201,7 +201,7 @@ impl EngineError {
             E::NoRecipe { .. } => "run without --moe-stream (plain llama.cpp), or see --list-archs for the architectures this build streams".into(),
             E::NotMoe { .. } => "drop --n-expert-used for dense models".into(),
             E::NoMtpHead { .. } => "use --ngram (prompt-lookup drafts need no head), or run without --mtp".into(),
-            E::MtpDraftingUnavailable { .. } => "use --ngram (same verify loop, drafts by prompt lookup), or run without --mtp".into(),
+            E::MtpDraftingUnavailable { .. } => "use --ngram (same verify loop, drafts by prompt lookup), or run without --mtp (BMOE_LLAMA_LOG=1 shows llama.cpp's reason)".into(),
             E::TooManyExpertsUsed { n, .. } => format!("use a value in 1..={n}"),
             E::Output(e) => e.hint(),
             E::Load(_) | E::Capture(_) => llama_reason_hint().into(),

@@ -13,14 +13,16 @@ pub struct SpecArgs {
     /// in one decode (greedy only)
     #[arg(long = "ngram", conflicts_with = "mtp")]
     pub ngram: bool,
-    /// Self-speculation with the model's own MTP head (greedy only)
+    /// Self-speculation with the model's own MTP (NextN) head: it drafts, one decode verifies
+    /// (greedy only; the model needs `<arch>.nextn_predict_layers` and a graph llama.cpp runs)
     #[arg(long = "mtp")]
     pub mtp: bool,
     /// Most tokens one speculation step drafts
     #[arg(long = "draft", default_value_t = 3, value_name = "N")]
     pub draft: u32,
-    /// `--mtp`: stop a draft at the first token whose head probability is below P (0..=1; 0
-    /// drafts the full --draft N)
+    /// `--mtp`: stop a draft at the first token whose head probability (among the head's ten
+    /// best candidates, as llama.cpp's MTP driver measures it) is below P (0..=1; 0 drafts the
+    /// full --draft N)
     #[arg(long = "mtp-p-min", default_value_t = 0.0, value_name = "P")]
     pub mtp_p_min: f32,
     /// `--ngram`: the shortest suffix match that drafts (1..=12)

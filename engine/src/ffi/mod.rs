@@ -295,6 +295,9 @@ pub struct ContextOptions {
     pub n_ubatch: u32,
     /// Compute threads (attached ggml threadpool).
     pub n_threads: i32,
+    /// Recurrent-state snapshots kept for rollback (`n_rs_seq`): a hybrid model's KV can drop
+    /// that many trailing positions (a verify decode's rejected drafts); 0 = none.
+    pub n_rs_seq: u32,
 }
 
 /// A handle that puts the context's compute threads to sleep until the next graph kicks them off.
@@ -334,6 +337,9 @@ pub struct Context<'m, H: EvalHook> {
     hook: Option<NonNull<H>>,
     abort: Arc<AtomicBool>,
     model: &'m Model,
+    /// The MTP head ([`Context::attach_mtp`]): shares the hook, the pool and the abort flag, so
+    /// it is dropped before them.
+    mtp: Option<MtpHead<'m>>,
 }
 
 impl<'m, H: EvalHook> Context<'m, H> {
@@ -356,6 +362,7 @@ impl<'m, H: EvalHook> Context<'m, H> {
         cp.n_ubatch = opts.n_ubatch;
         cp.n_threads = opts.n_threads;
         cp.n_threads_batch = opts.n_threads;
+        cp.n_rs_seq = opts.n_rs_seq;
         cp.no_perf = true;
         // llama.cpp offloads large batches' ops on host weights to any device its build has
         // (default true); a `prefill-device` build must not do so unasked, and the offload
@@ -400,6 +407,7 @@ impl<'m, H: EvalHook> Context<'m, H> {
             hook,
             abort,
             model,
+            mtp: None,
         })
     }
 
@@ -538,6 +546,8 @@ impl<'m, H: EvalHook> Context<'m, H> {
 
 impl<H: EvalHook> Drop for Context<'_, H> {
     fn drop(&mut self) {
+        // the head points at this context's hook, pool and abort flag
+        drop(self.mtp.take());
         // SAFETY: the context is freed before the threadpool it uses and before the hook its
         // callback points to; each is freed exactly once.
         unsafe {

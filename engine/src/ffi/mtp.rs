@@ -4,10 +4,12 @@
 //! (token, hidden state) pairs — the token at position p with the target's state of p − 1 — and
 //! yields logits for p + 1 and the head's own state, which seeds the next draft step.
 //!
-//! Not yet wired into the decode loop (`--mtp` is still refused): this is the llama.cpp side,
-//! tested on the synthesised qwen35moe head.
+//! The decode loop drives it through the head its [`Context`] owns ([`Context::attach_mtp`]):
+//! that head shares the target's eval hook, threadpool and abort flag, so under `--moe-stream`
+//! the head block's routed experts load through the same cache as the trunk's.
 
-use super::{Context, DecodeError, EvalHook, LlamaError, Model, Token, ll};
+use super::{Context, DecodeError, EvalHook, LlamaError, Model, Token, graph, ll};
+use std::ffi::c_void;
 use std::ptr::NonNull;
 
 // llama.cpp 0.1.161 declares these two in src/llama-ext.h without `extern "C"`, so they have
@@ -57,6 +59,29 @@ pub struct MtpHead<'m> {
     raw: NonNull<ll::llama_context>,
     batch: NonNull<ll::llama_batch_ext>,
     model: &'m Model,
+    /// The target context's hook and its end-of-decode step, when the head shares it: called
+    /// after every head decode as the target's own decodes call it.
+    after: Option<(NonNull<c_void>, AfterDecode)>,
+}
+
+/// A hook's end-of-decode step, reached through its type-erased pointer.
+type AfterDecode = unsafe fn(NonNull<c_void>);
+
+/// What the eval hooks of a head's context are: the target's hook pointer, its `cb_eval`
+/// trampoline and end-of-decode step, and the abort flag's callback data.
+struct Shared {
+    hook: Option<NonNull<c_void>>,
+    eval: ll::ggml_backend_sched_eval_callback,
+    after: AfterDecode,
+    abort: *mut c_void,
+    pool: NonNull<ll::ggml_threadpool>,
+}
+
+/// # Safety
+/// `h` must be a live, unaliased `H` (the target context's hook, between or inside its decodes).
+unsafe fn after_decode<H: EvalHook>(h: NonNull<c_void>) {
+    // SAFETY: the caller guarantees h is a live H no one else references during the call.
+    unsafe { (*h.cast::<H>().as_ptr()).after_decode() }
 }
 
 impl<'m> MtpHead<'m> {
@@ -65,6 +90,15 @@ impl<'m> MtpHead<'m> {
     /// # Errors
     /// [`LlamaError::Context`] when llama.cpp refuses it (a model without a loaded head).
     pub fn new(model: &'m Model, n_ctx: u32, n_threads: i32) -> Result<Self, LlamaError> {
+        Self::build(model, n_ctx, n_threads, None)
+    }
+
+    fn build(
+        model: &'m Model,
+        n_ctx: u32,
+        n_threads: i32,
+        shared: Option<Shared>,
+    ) -> Result<Self, LlamaError> {
         // SAFETY: returns a plain struct of defaults.
         let mut cp = unsafe { ll::llama_context_default_params() };
         cp.n_ctx = n_ctx;
@@ -74,9 +108,25 @@ impl<'m> MtpHead<'m> {
         cp.n_threads_batch = n_threads;
         cp.no_perf = true;
         cp.ctx_type = ll::LLAMA_CONTEXT_TYPE_MTP;
-        // SAFETY: the model outlives the head ('m); cp is fully initialised.
+        cp.op_offload = false;
+        if let Some(sh) = &shared {
+            if let Some(h) = sh.hook {
+                cp.cb_eval = sh.eval;
+                cp.cb_eval_user_data = h.as_ptr();
+            }
+            cp.abort_callback = Some(super::abort_trampoline);
+            cp.abort_callback_data = sh.abort;
+        }
+        // SAFETY: the model outlives the head ('m); cp is fully initialised; a shared hook and
+        // abort flag outlive the head (the owning Context drops the head first).
         let raw = unsafe { ll::llama_init_from_model(model.raw.as_ptr(), cp) };
         let raw = NonNull::new(raw).ok_or(LlamaError::Context)?;
+        if let Some(sh) = &shared {
+            // SAFETY: both are live; the pool outlives the head (freed after it in Context::drop).
+            unsafe {
+                ll::llama_attach_threadpool(raw.as_ptr(), sh.pool.as_ptr(), sh.pool.as_ptr())
+            };
+        }
         // SAFETY: raw is live; the draft steps read the head's state of their last position
         // (masked: only rows with logits).
         unsafe { llama_set_embeddings_nextn(raw.as_ptr(), true, true) };
@@ -87,7 +137,13 @@ impl<'m> MtpHead<'m> {
             unsafe { ll::llama_free(raw.as_ptr()) };
             return Err(LlamaError::Context);
         };
-        Ok(Self { raw, batch, model })
+        let after = shared.and_then(|sh| sh.hook.map(|h| (h, sh.after)));
+        Ok(Self {
+            raw,
+            batch,
+            model,
+            after,
+        })
     }
 
     /// Runs the head on `tokens[k]` at position `pos0 + k`, each paired with `states[k]` (the
@@ -135,6 +191,11 @@ impl<'m> MtpHead<'m> {
         // SAFETY: both pointers are live; every state row the batch views is borrowed for
         // the duration of this call.
         let rc = unsafe { ll::llama_process(self.raw.as_ptr(), ll::LLAMA_PROCESS_TYPE_DECODE, b) };
+        if let Some((h, after)) = self.after {
+            // SAFETY: the shared hook outlives the head, and no reference to it is live: the
+            // head is reached through &mut of the Context that owns both.
+            unsafe { after(h) };
+        }
         match rc {
             0 => Ok(()),
             other => Err(DecodeError::Failed(other)),
@@ -176,6 +237,31 @@ impl<'m> MtpHead<'m> {
         }
         // SAFETY: valid memory handle; llama.cpp checks the range itself.
         unsafe { ll::llama_memory_seq_rm(mem, 0, from, -1) }
+    }
+}
+
+impl<'m, H: EvalHook> Context<'m, H> {
+    /// Builds this context's MTP head over the same model (which must be loaded with
+    /// `load_mtp`): `n_ctx` positions, this context's threadpool, abort flag and eval hook —
+    /// so a head block's routed experts reach the hook exactly as a trunk layer's do.
+    ///
+    /// # Errors
+    /// [`LlamaError::Context`] when llama.cpp refuses the MTP context (no head loaded).
+    pub fn attach_mtp(&mut self, n_ctx: u32, n_threads: i32) -> Result<(), LlamaError> {
+        let shared = Shared {
+            hook: self.hook.map(NonNull::cast),
+            eval: Some(graph::eval_trampoline::<H>),
+            after: after_decode::<H>,
+            abort: std::sync::Arc::as_ptr(&self.abort).cast_mut().cast(),
+            pool: self.threadpool,
+        };
+        self.mtp = Some(MtpHead::build(self.model, n_ctx, n_threads, Some(shared))?);
+        Ok(())
+    }
+
+    /// The head [`Context::attach_mtp`] built, if any.
+    pub fn mtp_mut(&mut self) -> Option<&mut MtpHead<'m>> {
+        self.mtp.as_mut()
     }
 }
 

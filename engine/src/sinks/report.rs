@@ -209,6 +209,11 @@ pub struct SpecSummary {
     pub drafted_steps: u64,
     /// Time spent drafting, outside the decodes (s).
     pub draft_s: f64,
+    /// `--mtp` under `--moe-stream`: bytes the head's own routing streamed (drafts and
+    /// catch-ups).
+    pub head_read_bytes: u64,
+    /// Bytes the verify decodes (1 + drafts tokens wide) streamed.
+    pub verify_read_bytes: u64,
 }
 
 /// The speculation lines: acceptance, cost, and (`ngram`) coverage.
@@ -248,6 +253,17 @@ fn spec_lines(s: &RunSummary, sp: &SpecSummary, out: &mut Vec<String>) {
             }
             .to_string(),
         );
+    }
+    let read = s.stream.as_ref().map_or(0, |st| st.read_bytes);
+    if sp.source == "mtp" && read > 0 {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        out.push(format!(
+            "mtp: of {:.1} MiB streamed, {:.1} MiB ({:.1}%) was the head's own routing, {:.1} MiB the widened verify batch",
+            mib(read),
+            mib(sp.head_read_bytes),
+            100.0 * sp.head_read_bytes as f64 / read as f64,
+            mib(sp.verify_read_bytes)
+        ));
     }
 }
 
@@ -750,6 +766,7 @@ mod tests {
                 decodes: 25,
                 drafted_steps: 10,
                 draft_s: 0.04,
+                ..Default::default()
             }),
             ..Default::default()
         };
@@ -776,5 +793,39 @@ mod tests {
                 .iter()
                 .any(|l| l.contains("drafts accepted"))
         );
+    }
+
+    #[test]
+    fn a_streamed_mtp_run_says_what_the_head_and_the_verify_batches_read() {
+        let mib = 1024 * 1024;
+        let mut s = RunSummary {
+            n_gen: 10,
+            decode_s: 1.0,
+            threads: 2,
+            spec: Some(SpecSummary {
+                source: "mtp",
+                drafted: 9,
+                accepted: 3,
+                decodes: 7,
+                drafted_steps: 6,
+                draft_s: 0.1,
+                head_read_bytes: 2 * mib,
+                verify_read_bytes: 5 * mib,
+            }),
+            stream: Some(StreamSummary {
+                read_bytes: 8 * mib,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let lines = summary_lines(&s, &streaming(2, false, Mmap));
+        assert!(lines.contains(
+            &"mtp: of 8.0 MiB streamed, 2.0 MiB (25.0%) was the head's own routing, 5.0 MiB the widened verify batch".to_string()
+        ), "{lines:?}");
+        // no coverage line for the head, and no streamed line without reads
+        assert!(!lines.iter().any(|l| l.contains("decoded plainly")));
+        s.stream = None;
+        let lines = summary_lines(&s, &streaming(2, false, Mmap));
+        assert!(!lines.iter().any(|l| l.starts_with("mtp: of ")));
     }
 }

@@ -32,8 +32,12 @@ pub(super) struct TokenLoop {
     splitter: Option<ReasoningSplitter>,
     /// Streaming counters at the turn's first token and after the latest one.
     base: Option<StreamStats>,
-    prev: Option<StreamStats>,
+    pub(super) prev: Option<StreamStats>,
     pub(super) hashes: Vec<u64>,
+    /// The MTP head's catch-up after the latest decode, s: part of the next group's drafting.
+    pub(super) catch_up_s: f64,
+    /// Bytes the MTP head streamed since the latest decode (they land in the next row).
+    pub(super) head_bytes: u64,
     /// When the previous decode's bracket ended (the loop overhead's start).
     last_end: Instant,
     summary: RunSummary,
@@ -127,6 +131,8 @@ impl Engine<'_> {
             base,
             prev: base,
             hashes: Vec::new(),
+            catch_up_s: 0.0,
+            head_bytes: 0,
             last_end: Instant::now(),
             summary: RunSummary {
                 threads: self.cfg.threads,
@@ -171,7 +177,7 @@ impl Engine<'_> {
             }
             g.tokens.push(tok);
             let pos = (turn.tokens.len() + step - 1) as i64;
-            let (drafts, draft_ms) = self.draft(turn, &g.tokens, step, &mut lp);
+            let (drafts, draft_ms) = self.draft(turn, &g.tokens, (step, pos), &mut lp)?;
             if !drafts.is_empty() {
                 let Some(v) =
                     self.verify(turn, step, tok, &drafts, pos, &mut lp, note, cancelled)?
@@ -182,6 +188,9 @@ impl Engine<'_> {
                     break;
                 };
                 let (n, next) = (v.1.len() + 1, v.2);
+                let confirmed: Vec<Token> =
+                    std::iter::once(tok).chain(v.1.iter().copied()).collect();
+                self.catch_up_after(&confirmed, pos, &mut lp)?;
                 self.confirm_group(turn, step, (tok, v), draft_ms, (&mut g, &mut lp), note, out);
                 step += n;
                 tok = next;
@@ -200,6 +209,7 @@ impl Engine<'_> {
             if let Some(sp) = lp.spec_mut() {
                 sp.decodes += 1;
             }
+            self.catch_up_after(&[tok], pos, &mut lp)?;
             self.record_token(turn, &d, &mut lp, note);
             let next = self.pick(&mut lp.hashes);
             let last =
@@ -208,6 +218,9 @@ impl Engine<'_> {
             g.rows.push(d.row);
             tok = next;
             step += 1;
+        }
+        if self.spec_on() && !g.cancelled {
+            self.trim_turn((turn.tokens.len() + g.tokens.len()) as i64)?;
         }
         Ok(self.finish_turn(g, lp, note, out))
     }
@@ -288,6 +301,7 @@ impl Engine<'_> {
             }
             return Err(EngineError::decode("generation decode", e, read_err));
         }
+        lp.head_bytes = 0;
         let now = self.stream_stats();
         let d = match (now, lp.prev) {
             (Some(n), Some(p)) => StreamStats {

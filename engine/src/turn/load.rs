@@ -140,10 +140,7 @@ fn model_options(cfg: &RunConfig, facts: &ModelFacts) -> Result<ModelOptions, En
                 arch: facts.arch.clone(),
             });
         }
-        return Err(EngineError::MtpDraftingUnavailable {
-            arch: facts.arch.clone(),
-            layers: facts.mtp_layers,
-        });
+        opts.load_mtp = true;
     }
     if let Some(k) = cfg.n_expert_used {
         let Some(n) = facts.expert_count else {

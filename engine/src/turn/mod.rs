@@ -9,6 +9,7 @@
 mod decode;
 pub mod interrupt;
 pub mod load;
+mod mtp;
 mod oneshot;
 mod open;
 mod outputs;
@@ -119,6 +120,8 @@ pub struct Engine<'m> {
     /// The SIGINT flag, once [`Self::catch_sigint`] installed it: a turn it stopped says so in
     /// its trailer.
     interrupt: Option<interrupt::Interrupt>,
+    /// `--mtp`: the target's hidden state the head pairs with the next token.
+    mtp: Option<mtp::MtpState>,
 }
 
 impl<'m> Engine<'m> {

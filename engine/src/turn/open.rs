@@ -3,12 +3,13 @@
 
 use super::Engine;
 use super::load::LoadedModel;
+use super::mtp::MtpState;
 use super::outputs::Outputs;
 use super::pick::{TokenFeed, eog_tokens};
 use super::streaming::{Streaming, start_streaming};
 use super::threads::ThreadGovernor;
 use crate::chat::{ChatError, ChatTemplate, ThinkCtl};
-use crate::cli::{DenseWeights, RunConfig, Sampling};
+use crate::cli::{DenseWeights, RunConfig, Sampling, Spec};
 use crate::error::EngineError;
 use crate::ffi::{Context, ContextOptions, Model, Sampler, SamplerParams, Token};
 use crate::graph::hook::{MoeHook, RESIDENT_HOOK_ENV, resident_hook_requested};
@@ -44,9 +45,17 @@ impl<'m> Engine<'m> {
             n_batch: cfg.n_batch,
             n_ubatch: cfg.n_ubatch,
             n_threads: cfg.threads as i32,
+            // a hybrid (recurrent) model drops a verify decode's rejected drafts by rolling its
+            // state back, which needs that many snapshots
+            n_rs_seq: match cfg.spec.draft_max() {
+                0 => 0,
+                n => n + 1,
+            },
         };
         let mut ctx =
             Context::new(model, opts, hook, Arc::clone(&abort)).map_err(EngineError::Context)?;
+        // before streaming starts: the capture must see the head block's experts too
+        let mtp = attach_mtp(cfg, facts, &mut ctx)?;
         let top_k = cfg
             .n_expert_used
             .map(i64::from)
@@ -118,8 +127,29 @@ impl<'m> Engine<'m> {
             governor: (cfg.adaptive_threads && cfg.threads > 1)
                 .then(|| ThreadGovernor::new(cfg.threads)),
             interrupt: None,
+            mtp,
         })
     }
+}
+
+/// `--mtp`: the head's draft context on the target's hook, and the target keeping every
+/// position's hidden state for it.
+fn attach_mtp(
+    cfg: &RunConfig,
+    facts: &ModelFacts,
+    ctx: &mut Context<'_, MoeHook>,
+) -> Result<Option<MtpState>, EngineError> {
+    let Spec::Mtp { p_min, .. } = cfg.spec else {
+        return Ok(None);
+    };
+    ctx.attach_mtp(cfg.n_ctx, cfg.threads as i32).map_err(|_| {
+        EngineError::MtpDraftingUnavailable {
+            arch: facts.arch.clone(),
+            layers: facts.mtp_layers,
+        }
+    })?;
+    ctx.keep_nextn_states();
+    Ok(Some(MtpState::new(ctx.model().n_embd(), p_min)))
 }
 
 /// The eval hook the run needs: capturing (then streaming) with `--moe-stream`, timing nodes

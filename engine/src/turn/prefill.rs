@@ -63,6 +63,8 @@ impl Engine<'_> {
                 }
                 return Err(EngineError::decode("prefill decode", e, read_err));
             }
+            // the MTP head catches up chunk by chunk: its union fits the cache as the chunk's did
+            self.mtp_catch_up(&turn.tokens[from..to], from as i64)?;
             from = to;
         }
         let prefill_s = t_prefill.elapsed().as_secs_f64();

@@ -1,7 +1,8 @@
-//! `--ngram` self-speculation: draft the tokens that followed the most recent longest match of
-//! the current suffix in the prompt and the generated text, verify `[tok, drafts…]` in one
-//! decode with logits for every position, keep the drafts the target's argmax agrees with, and
-//! trim the rejected positions from the KV. A step with no match decodes plainly.
+//! Self-speculation's shared half, and `--ngram`'s source: draft (the tokens that followed the
+//! most recent longest match of the current suffix in the prompt and the generated text, or
+//! the MTP head's, [`super::mtp`]), verify `[tok, drafts…]` in one decode with logits for every
+//! position, keep the drafts the target's argmax agrees with, and trim the rejected positions
+//! from the KV. A step with no drafts decodes plainly.
 //!
 //! Accepted tokens are exactly the target's greedy argmax at their positions; the verify
 //! decode is a wider batch than a plain one, though, and a matmul's last bits depend on its
@@ -23,12 +24,16 @@ pub(super) type Verified = (Decoded, Vec<Token>, Token);
 
 /// Where a speculation step's drafts come from. Everything around it — the verify decode of
 /// `[tok, drafts…]`, acceptance against the argmax, the KV trim, the accounting — is shared
-/// ([`Engine::verify`]), so a second source (the MTP head, once this build can run it; see
-/// `EngineError::MtpDraftingUnavailable`) only has to say what to draft.
+/// ([`Engine::verify`]), so a source (prompt lookup here, the MTP head in [`super::mtp`]) only
+/// has to say what to draft.
 pub(super) trait DraftSource {
-    /// Up to `n` drafts to follow `history` (prompt + generated text, ending with the token
-    /// about to be decoded); empty decodes plainly.
-    fn draft(&mut self, history: &[Token], n: usize) -> Vec<Token>;
+    /// Up to `n` drafts to follow `history` (ending with the token about to be decoded; the
+    /// n-gram source needs the prompt and the generated text before it, the head only that
+    /// token); empty decodes plainly.
+    ///
+    /// # Errors
+    /// A source that decodes (the MTP head) can fail as a decode does.
+    fn draft(&mut self, history: &[Token], n: usize) -> Result<Vec<Token>, EngineError>;
 }
 
 /// Prompt lookup (`--ngram`): [`ngram_draft`] over the history.
@@ -38,8 +43,13 @@ pub(super) struct NgramSource {
 }
 
 impl DraftSource for NgramSource {
-    fn draft(&mut self, history: &[Token], n: usize) -> Vec<Token> {
-        ngram_draft(history, self.min_match, NGRAM_MAX_MATCH as usize, n)
+    fn draft(&mut self, history: &[Token], n: usize) -> Result<Vec<Token>, EngineError> {
+        Ok(ngram_draft(
+            history,
+            self.min_match,
+            NGRAM_MAX_MATCH as usize,
+            n,
+        ))
     }
 }
 
@@ -64,32 +74,31 @@ pub fn ngram_draft(history: &[Token], min: usize, max: usize, n: usize) -> Vec<T
 }
 
 impl Engine<'_> {
-    /// Whether this turn speculates: `--ngram`, greedy, and the next token is the model's own
-    /// pick (not a benchmark feed or a forced text).
+    /// Whether this turn speculates: `--ngram` or `--mtp`, greedy, and the next token is the
+    /// model's own pick (not a benchmark feed or a forced text).
     pub(super) fn spec_on(&self) -> bool {
-        matches!(self.cfg.spec, Spec::Ngram { .. })
+        !matches!(self.cfg.spec, Spec::Off)
             && self.sampler.is_none()
             && self.feed.is_none()
             && self.forced.is_empty()
     }
 
-    /// This step's drafts (empty: decode plainly) and the time drafting took (ms). `generated`
-    /// ends with the token about to be decoded.
+    /// This step's drafts (empty: decode plainly) and the time drafting took (ms), which
+    /// includes the MTP head's catch-up after the previous decode. `generated` ends with the
+    /// token about to be decoded, at `pos`.
+    ///
+    /// # Errors
+    /// A failed MTP draft step.
     pub(super) fn draft(
-        &self,
+        &mut self,
         turn: &Turn<'_>,
         generated: &[Token],
-        step: usize,
+        (step, pos): (usize, i64),
         lp: &mut TokenLoop,
-    ) -> (Vec<Token>, f64) {
-        let Spec::Ngram { draft, min_match } = self.cfg.spec else {
-            return (Vec::new(), 0.0);
-        };
-        let mut source = NgramSource {
-            min_match: min_match as usize,
-        };
+    ) -> Result<(Vec<Token>, f64), EngineError> {
+        let carried = std::mem::take(&mut lp.catch_up_s);
         if !self.spec_on() {
-            return (Vec::new(), 0.0);
+            return Ok((Vec::new(), carried * 1e3));
         }
         let t0 = Instant::now();
         // each drafted token must be a step of this turn, and under --moe-stream the verify
@@ -98,12 +107,18 @@ impl Engine<'_> {
         let width = self
             .prefill_chunk()
             .map_or(usize::MAX, |c| c.saturating_sub(1));
-        let n = (draft as usize).min(room).min(width);
-        let drafts = if n == 0 {
-            Vec::new()
-        } else {
-            let history: Vec<Token> = turn.tokens.iter().chain(generated).copied().collect();
-            source.draft(&history, n)
+        let n = (self.cfg.spec.draft_max() as usize).min(room).min(width);
+        let drafts = match (self.cfg.spec, generated.last()) {
+            (_, None) | (Spec::Off, _) => Vec::new(),
+            _ if n == 0 => Vec::new(),
+            (Spec::Ngram { min_match, .. }, Some(_)) => {
+                let history: Vec<Token> = turn.tokens.iter().chain(generated).copied().collect();
+                NgramSource {
+                    min_match: min_match as usize,
+                }
+                .draft(&history, n)?
+            }
+            (Spec::Mtp { .. }, Some(&tok)) => self.head_reads(lp, |e| e.mtp_draft(tok, pos, n))?,
         };
         let secs = t0.elapsed().as_secs_f64();
         if let Some(sp) = lp.spec_mut() {
@@ -111,7 +126,23 @@ impl Engine<'_> {
             sp.drafted_steps += u64::from(!drafts.is_empty());
             sp.draft_s += secs;
         }
-        (drafts, secs * 1e3)
+        Ok((drafts, (secs + carried) * 1e3))
+    }
+
+    /// End of a speculated turn: the KV, and the MTP head's, hold exactly the turn's context
+    /// (`end` positions) — no draft of the last step stays behind.
+    ///
+    /// # Errors
+    /// A KV that refuses the trim.
+    pub(super) fn trim_turn(&mut self, end: i64) -> Result<(), EngineError> {
+        let end = i32::try_from(end).map_err(|_| EngineError::Internal("position overflow"))?;
+        if !self.ctx.seq_rm(0, end, -1) {
+            return Err(EngineError::Internal(
+                "the KV cache refused to drop the turn's last drafts",
+            ));
+        }
+        self.mtp_trim(end);
+        Ok(())
     }
 
     /// Decodes `[tok, drafts…]` at `pos..` with logits everywhere, accepts drafts while the
@@ -133,6 +164,7 @@ impl Engine<'_> {
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Option<Verified>, EngineError> {
         let group: Vec<Token> = std::iter::once(tok).chain(drafts.iter().copied()).collect();
+        let head_bytes = lp.head_bytes;
         let Some(mut decoded) = self.decode_token(turn, step, &group, pos, lp, note, cancelled)?
         else {
             return Ok(None);
@@ -160,10 +192,21 @@ impl Engine<'_> {
                 ));
             }
         }
+        if self.cfg.dump_logits_hash {
+            // the gates compare drafts, not only their outcome
+            let list: Vec<String> = drafts.iter().map(Token::to_string).collect();
+            let _ = writeln!(
+                note,
+                "spec-draft step={step} token={tok} drafts={} accepted={a}",
+                list.join(",")
+            );
+        }
         decoded.batch = 1 + a as u64;
         if let Some(sp) = lp.spec_mut() {
             sp.accepted += a as u64;
             sp.decodes += 1;
+            // the row also carries the head's reads since the previous decode
+            sp.verify_read_bytes += decoded.row.read_bytes.saturating_sub(head_bytes);
         }
         Ok(Some((decoded, accepted, next)))
     }

@@ -47,6 +47,15 @@ pub(super) fn start_streaming(
     // capture warm-up: one BOS decode shows every expert tensor the graph reads
     let mut warm = [ctx.model().bos()];
     ctx.decode(&mut warm).map_err(EngineError::Capture)?;
+    let n_embd = ctx.model().n_embd();
+    if let Some(head) = ctx.mtp_mut() {
+        // the MTP head block's routed experts (`blk.<n_layer>.ffn_*_exps`) are read by the
+        // head's own graph only: one head step shows them to the capture, so they stream too
+        let zeros = vec![0.0f32; n_embd];
+        head.process(&warm, &[zeros.as_slice()], 0)
+            .map_err(EngineError::Capture)?;
+        head.seq_rm(0);
+    }
     let hook = ctx
         .hook_mut()
         .ok_or(EngineError::Internal("streaming without a hook"))?;

@@ -151,15 +151,7 @@ fn the_csv_charges_each_group_to_its_first_row_and_streaming_drafts_the_same() {
     );
     assert!(accepted <= drafted && t.get_u64("drafted_steps").unwrap() <= decodes);
     assert!(t.get("mtp_draft_s/tok").is_some());
-    // the group's followers carry zeros; drafting is a slice of the loop overhead
-    for r in &f.rows {
-        if r.mtp_batch == Some(0) {
-            assert_eq!(r.wall_ms, Some(0.0));
-            assert_eq!(r.read_bytes, Some(0));
-            assert_eq!(r.loop_overhead_ms, Some(0.0));
-        }
-        assert!(r.mtp_draft_ms.unwrap() <= r.loop_overhead_ms.unwrap());
-    }
+    followers_carry_zeros(&f);
     let info = &f.info;
     assert_eq!(info.spec.as_deref(), Some("ngram"));
     assert_eq!(info.spec_draft_max, Some(3));
@@ -183,6 +175,19 @@ fn the_csv_charges_each_group_to_its_first_row_and_streaming_drafts_the_same() {
     assert!(plain.iter().all(|&b| b == 1));
     assert_eq!(f.info.spec.as_deref(), Some("off"));
     assert_eq!(f.summaries[0].get_u64("mtp_decodes"), Some(0));
+}
+
+/// A group's followers carry zeros (its whole cost is on its first row), and drafting is a
+/// slice of the loop overhead.
+pub(crate) fn followers_carry_zeros(f: &MetricsFile) {
+    for r in &f.rows {
+        if r.mtp_batch == Some(0) {
+            assert_eq!(r.wall_ms, Some(0.0));
+            assert_eq!(r.read_bytes, Some(0));
+            assert_eq!(r.loop_overhead_ms, Some(0.0));
+        }
+        assert!(r.mtp_draft_ms.unwrap() <= r.loop_overhead_ms.unwrap());
+    }
 }
 
 #[test]
