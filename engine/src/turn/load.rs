@@ -86,15 +86,25 @@ fn read_dense_only(cfg: &RunConfig, facts: &ModelFacts, armed: &Armed, note: &mu
         // the binary is not wrapped (a test harness): llama.cpp read the file as before
         return;
     }
+    let experts: Vec<(usize, u64, u64)> = facts
+        .index
+        .tensors
+        .iter()
+        .filter(|(name, p)| is_expert_tensor(name) && p.size > 0)
+        .map(|(_, p)| (p.shard, p.offset, p.size))
+        .collect();
+    // the capture decode computes with the mapped experts: blank them so it reads none
+    let mut blanked = 0u64;
+    for (shard, base, len) in &maps {
+        let ranges: Vec<(u64, u64)> = experts
+            .iter()
+            .filter(|e| e.0 == *shard)
+            .map(|&(_, off, size)| (off, off + size))
+            .collect();
+        blanked += crate::ffi::firstload::blank_experts(*base, *len, &ranges);
+    }
     let mut advised = 0u64;
     if cfg.dense_weights == DenseWeights::Mmap {
-        let experts: Vec<(usize, u64, u64)> = facts
-            .index
-            .tensors
-            .iter()
-            .filter(|(name, p)| is_expert_tensor(name) && p.size > 0)
-            .map(|(_, p)| (p.shard, p.offset, p.size))
-            .collect();
         let pages = dense_pages(
             &dense_file_ranges(&facts.index),
             &experts,
@@ -108,9 +118,10 @@ fn read_dense_only(cfg: &RunConfig, facts: &ModelFacts, armed: &Armed, note: &mu
     }
     let _ = writeln!(
         note,
-        "bmoe: first load — experts left on flash ({} mapping(s) not populated, {} WILLNEED advice(s) skipped); dense read {:.1} MiB ({})",
+        "bmoe: first load — experts left on flash ({} mapping(s) not populated, {} WILLNEED advice(s) skipped, {:.1} MiB of expert pages blanked for the capture); dense read {:.1} MiB ({})",
         maps.len(),
         armed.skipped_advice(),
+        blanked as f64 / (1024.0 * 1024.0),
         advised as f64 / (1024.0 * 1024.0),
         cfg.dense_weights.as_str()
     );
