@@ -194,12 +194,14 @@ fn create_outputs(cfg: &RunConfig) -> Result<(), EngineError> {
 /// (not in `cli`) because making the built-in model can fail like a load does.
 impl Cli {
     /// Resolves the flags into a run configuration; without `-m`, the built-in tiny model is
-    /// used (synthesised into the cache folder on first use, said on `note`). Flags given with
-    /// no effect on this run are warned about on `note`; whether stdout is a terminal is
+    /// used (synthesised into the cache folder on first use, said on `note`). Under `--auto`
+    /// the settings it picks are measured and applied here (each said on `note`). Flags given
+    /// with no effect on this run are warned about on `note`; whether stdout is a terminal is
     /// looked up here.
     ///
     /// # Errors
-    /// A flag's value ([`EngineError::Flag`]) or the built-in model's set-up.
+    /// A flag's value ([`EngineError::Flag`]), the built-in model's set-up, or under `--auto`
+    /// the model file's headers.
     pub fn into_config(mut self, note: &mut dyn Write) -> Result<RunConfig, EngineError> {
         if self.model.model.is_none() {
             // the README's first command runs without -m: use the built-in tiny model
@@ -220,8 +222,11 @@ impl Cli {
             self.model.model = Some(path);
         }
         let mut cfg = self.resolve()?;
+        if self.auto() {
+            crate::auto::apply(&self.auto_given(), &mut cfg, note)?;
+        }
         cfg.terminal = std::io::stdout().is_terminal();
-        for w in self.inert_flags() {
+        for w in self.inert_flags(cfg.stream.is_some()) {
             let _ = writeln!(note, "bmoe: warning: {w}");
         }
         Ok(cfg)
