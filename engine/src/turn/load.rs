@@ -93,10 +93,21 @@ fn read_dense_only(cfg: &RunConfig, facts: &ModelFacts, armed: &Armed, note: &mu
         .filter(|(name, p)| is_expert_tensor(name) && p.size > 0)
         .map(|(_, p)| (p.shard, p.offset, p.size))
         .collect();
-    // the capture decode computes with the mapped experts: blank them so it reads none
+    // the capture decode computes with the mapped experts: blank the ones the streamer takes
+    // over (never their `.bias` / `.scale` companions, which stay mapped) so it reads none
+    let streamed: Vec<(usize, u64, u64)> = match recipe_for(&facts.arch) {
+        Some(r) => facts
+            .index
+            .tensors
+            .iter()
+            .filter(|(name, p)| r.match_tensor(name).is_some() && p.size > 0)
+            .map(|(_, p)| (p.shard, p.offset, p.size))
+            .collect(),
+        None => Vec::new(),
+    };
     let mut blanked = 0u64;
     for (shard, base, len) in &maps {
-        let ranges: Vec<(u64, u64)> = experts
+        let ranges: Vec<(u64, u64)> = streamed
             .iter()
             .filter(|e| e.0 == *shard)
             .map(|&(_, off, size)| (off, off + size))
