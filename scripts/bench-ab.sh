@@ -12,7 +12,8 @@
 #   A_ENV / B_ENV      space-separated VAR=value for variant A / B's runs
 #   LABEL_A / LABEL_B  names in the tables (default a / b)
 #   BIN / BIN_B        bmoe-cli binaries (default: release build; BIN_B defaults to BIN)
-#   PAIRS (default 3), N tokens per run (default 32), THREADS (default 2), FEED_SEED (default 42)
+#   PAIRS (default 3), N tokens per run (default 32), THREADS (default 2; empty: no -t, e.g. to
+#   let --auto pick), FEED_SEED (default 42)
 #   CGROUP_GIB  run every process inside a fresh memory cgroup of that size (root; v1 or v2)
 # Needs root only for CGROUP_GIB. Results: OUT_DIR/raw/*.{csv,out,err,env}, OUT_DIR/report.txt.
 set -euo pipefail
@@ -30,7 +31,7 @@ LABEL_A="${LABEL_A:-a}"
 LABEL_B="${LABEL_B:-b}"
 PAIRS="${PAIRS:-3}"
 N="${N:-32}"
-THREADS="${THREADS:-2}"
+THREADS="${THREADS-2}"
 FEED_SEED="${FEED_SEED:-42}"
 CGROUP_GIB="${CGROUP_GIB:-}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
@@ -88,7 +89,7 @@ run() { # config-label, variant (a|b), pair, then the config's flags
   uncache_model
   say "run $name"
   echo "loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)" > "$OUT/raw/$name.env"
-  local cmd=("$bin" -m "$MODEL" -p "The capital of Japan is" -n "$N" -t "$THREADS" -c 512 \
+  local cmd=("$bin" -m "$MODEL" -p "The capital of Japan is" -n "$N" ${THREADS:+-t "$THREADS"} -c 512 \
     --feed-random "$FEED_SEED" --moe-stream --csv "$OUT/raw/$name.csv" "$@")
   # shellcheck disable=SC2206 # the flag lists are word lists
   cmd+=($extra)

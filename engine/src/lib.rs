@@ -12,6 +12,7 @@
 //! resolved configuration ([`RunConfig`]), the two entry points ([`run`], [`serve`]) over an
 //! [`Engine`], and the error with its exit status. Everything else is private to the crate.
 
+mod auto;
 mod chat;
 mod cli;
 mod decide;

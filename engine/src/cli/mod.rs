@@ -4,6 +4,7 @@
 //! A new flag goes into the group of its concern (one file each here) and, if the rest of the
 //! engine needs its value, into [`RunConfig`].
 
+mod auto;
 mod config;
 mod device;
 mod error;
@@ -22,6 +23,7 @@ mod testing;
 mod tests;
 
 pub use crate::memory::dense::DenseWeights;
+pub(crate) use auto::Given;
 pub use config::RunConfig;
 pub use error::ConfigError;
 pub use sampling::Sampling;
@@ -61,6 +63,8 @@ pub struct Cli {
     session: session::SessionArgs,
     #[command(flatten)]
     testing: testing::TestArgs,
+    #[command(flatten)]
+    auto: auto::AutoArgs,
     /// List the MoE architectures --moe-stream supports and exit
     #[arg(long = "list-archs")]
     list_archs: bool,
@@ -139,7 +143,11 @@ impl Cli {
         let prompt = self.model.prompt()?;
         let sampling = self.sampling.resolve()?;
         let spec = self.spec.resolve(&sampling, self.sampling.feed_random)?;
-        let stream = self.stream.resolve()?;
+        // under --auto the streaming settings are resolved as if streaming, and the cache as if
+        // `auto` was typed (unless given): whether to stream is decided with the model's facts
+        let stream = self
+            .stream
+            .resolve(self.auto(), self.auto() && !self.given("cache_mb"))?;
         let routing = self.routing.resolve(stream.as_ref())?;
         let predict = self
             .predict
@@ -201,10 +209,11 @@ impl Cli {
 
     /// Flags the command line gave whose (valid) values have no effect in this run, one warning
     /// each: the run goes ahead, but a user who typed them should know they did nothing.
-    pub(crate) fn inert_flags(&self) -> Vec<String> {
+    pub(crate) fn inert_flags(&self, streaming: bool) -> Vec<String> {
         let given = |id: &str| self.given(id);
         let mut warnings = self.sampling.inert(&given);
-        warnings.extend(self.stream.inert(&given));
+        let auto_cache = self.auto() && !self.given("cache_mb");
+        warnings.extend(self.stream.inert(&given, streaming, auto_cache));
         warnings.extend(self.predict.inert(&given));
         warnings.extend(self.routing.inert(&given));
         if self.session.session {
@@ -224,7 +233,7 @@ impl Cli {
         let s = &self.session;
         let missing = [
             (
-                self.stream.load_all && !self.stream.moe_stream,
+                self.stream.load_all && !self.stream.moe_stream && !self.auto(),
                 "--load-all",
                 "--load-all requires --moe-stream",
                 "--load-all reads every expert through the streamer; add --moe-stream",

@@ -82,9 +82,15 @@ pub struct StreamConfig {
 }
 
 impl StreamArgs {
-    /// `None` without `--moe-stream`. Every knob's value is checked either way: a wrong value is
-    /// wrong even where it would have no effect ([`StreamArgs::inert`] says so).
-    pub(super) fn resolve(&self) -> Result<Option<StreamConfig>, ConfigError> {
+    /// `None` without `--moe-stream` (or `auto`: `--auto`, which decides it later). Every knob's
+    /// value is checked either way: a wrong value is wrong even where it would have no effect
+    /// ([`StreamArgs::inert`] says so). `auto_cache`: size the cache as `--cache-mb auto` does.
+    pub(super) fn resolve(
+        &self,
+        auto: bool,
+        auto_cache: bool,
+    ) -> Result<Option<StreamConfig>, ConfigError> {
+        let streaming = self.moe_stream || auto;
         let staged = match self.overlap_kind.as_deref() {
             None | Some("uffd") => false,
             Some("staged") => true,
@@ -103,7 +109,7 @@ impl StreamArgs {
                 "add --overlap, or drop --overlap-kind",
             ));
         }
-        if self.overlap && !self.moe_stream {
+        if self.overlap && !streaming {
             return Err(ConfigError::new(
                 "--overlap",
                 "--overlap requires --moe-stream",
@@ -117,9 +123,18 @@ impl StreamArgs {
                 "4 lanes saturate most flash; 1 reads serially",
             ));
         }
-        let (cache_mb, auto) = self.cache()?;
-        self.check_prefetch(cache_mb, auto.is_some())?;
-        if !self.moe_stream {
+        let (mut cache_mb, mut auto) = self.cache()?;
+        if auto_cache {
+            (cache_mb, auto) = (
+                0,
+                Some(CacheAuto {
+                    floor_mb: self.cache_floor_mb.map(|f| f as u64),
+                    ceil_mb: self.cache_ceil_mb as u64,
+                }),
+            );
+        }
+        self.check_prefetch(cache_mb, auto.is_some(), streaming)?;
+        if !streaming {
             return Ok(None);
         }
         Ok(Some(StreamConfig {
@@ -138,7 +153,12 @@ impl StreamArgs {
 
     /// `--prefetch K` / `--prefetch-sync` prerequisites: streaming and a cache for the guesses to
     /// land in (serial or `--overlap`).
-    fn check_prefetch(&self, cache_mb: u64, auto: bool) -> Result<(), ConfigError> {
+    fn check_prefetch(
+        &self,
+        cache_mb: u64,
+        auto: bool,
+        streaming: bool,
+    ) -> Result<(), ConfigError> {
         if !(0..=64).contains(&self.prefetch) {
             return Err(ConfigError::new(
                 "--prefetch",
@@ -156,7 +176,7 @@ impl StreamArgs {
         if self.prefetch == 0 {
             return Ok(());
         }
-        if !self.moe_stream {
+        if !streaming {
             return Err(ConfigError::new(
                 "--prefetch",
                 "--prefetch requires --moe-stream",
@@ -174,8 +194,14 @@ impl StreamArgs {
     }
 
     /// The streaming flags among `given` (clap ids) that have no effect: every one of them
-    /// without `--moe-stream`, the `auto` bounds without `--cache-mb auto`.
-    pub(super) fn inert(&self, given: &dyn Fn(&str) -> bool) -> Vec<String> {
+    /// when not `streaming`, the `auto` bounds unless the cache is `auto` (typed, or
+    /// `auto_cache`: `--auto`'s).
+    pub(super) fn inert(
+        &self,
+        given: &dyn Fn(&str) -> bool,
+        streaming: bool,
+        auto_cache: bool,
+    ) -> Vec<String> {
         let knobs = [
             ("cache_mb", "--cache-mb"),
             ("cache_floor_mb", "--cache-floor-mb"),
@@ -184,14 +210,14 @@ impl StreamArgs {
             ("no_odirect", "--no-odirect"),
         ];
         let given_knobs = knobs.into_iter().filter(|(id, _)| given(id));
-        if !self.moe_stream {
+        if !streaming {
             return given_knobs
                 .map(|(_, flag)| {
                     format!("{flag} has no effect without --moe-stream (plain llama.cpp reads no experts) — add --moe-stream to stream them")
                 })
                 .collect();
         }
-        if self.cache_mb.trim() == "auto" {
+        if auto_cache || self.cache_mb.trim() == "auto" {
             return Vec::new();
         }
         given_knobs

@@ -202,8 +202,8 @@ fn valid_knobs_without_effect_are_warned_about() {
         let mut v = vec!["-m", "x"];
         v.extend_from_slice(a);
         let c = cli(&v);
-        c.resolve().expect("valid");
-        c.inert_flags()
+        let r = c.resolve().expect("valid");
+        c.inert_flags(r.stream.is_some())
     };
     assert!(w(&[]).is_empty());
     // the defaults are not "given": nothing to warn about
@@ -397,7 +397,7 @@ fn predictors_resolve_and_route_ahead_refuses_its_partners_by_name() {
         assert_eq!(e.flag, "--route-ahead", "{e:?}");
         assert!(e.to_string().contains(named), "{e}");
     }
-    let warned = cli(&["-m", "x", "--moe-stream", "--predict-spec-max", "4"]).inert_flags();
+    let warned = cli(&["-m", "x", "--moe-stream", "--predict-spec-max", "4"]).inert_flags(true);
     assert!(
         warned
             .iter()

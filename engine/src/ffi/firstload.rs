@@ -113,6 +113,43 @@ pub fn advise_dense(base: usize, len: usize, ranges: &[(u64, u64)]) -> u64 {
     advised
 }
 
+/// Replaces the whole pages inside the given file ranges of a mapped shard (`base`: where file
+/// offset 0 is mapped; `len`: the mapping's length) with the zero page, so nothing reads them
+/// from the file: the expert tensors, before the capture decode that finds them (its routed
+/// experts would otherwise be read, one token cycle — 972 MiB on the 17 GB model). Ranges are
+/// page-aligned inward (a page shared with a dense tensor stays file-backed) and clamped to the
+/// mapping. The streamer takes these pages over right after. Returns the bytes replaced.
+pub fn blank_experts(base: usize, len: usize, ranges: &[(u64, u64)]) -> u64 {
+    let page = 4096usize;
+    let mut blanked = 0u64;
+    for &(start, end) in ranges {
+        let s = (start as usize).div_ceil(page).saturating_mul(page);
+        let e = ((end as usize) / page * page).min(len);
+        if s >= e {
+            continue;
+        }
+        let want = (base + s) as *mut libc::c_void;
+        // SAFETY: [base+s, base+e) lies inside a live read-only file mapping llama.cpp owns, and
+        // holds expert bytes only; MAP_FIXED swaps those pages for read-only zero pages between
+        // the load and the capture decode (nothing computes meanwhile). The capture's outputs
+        // are discarded (its KV is cleared) and the streamer refills every expert it routes.
+        let p = unsafe {
+            sys_mmap(
+                want,
+                e - s,
+                libc::PROT_READ,
+                libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == want {
+            blanked += (e - s) as u64;
+        }
+    }
+    blanked
+}
+
 /// The shard `fd` refers to, if it is one the armed load matches.
 fn shard_of(fd: libc::c_int) -> Option<usize> {
     // SAFETY: an all-zero stat is a valid value for fstat to overwrite.

@@ -185,7 +185,7 @@ pub fn plain_oversize_warning(
         return None;
     }
     Some(format!(
-        "the model ({} MiB) is larger than the memory this run can use ({} MiB, {source}): plain mmap will re-read weights from flash on every token — run with --moe-stream to stream the experts",
+        "the model ({} MiB) is larger than the memory this run can use ({} MiB, {source}): plain mmap will re-read weights from flash on every token — run with --moe-stream to stream the experts, or --auto to let bmoe pick the settings",
         model_bytes / MIB_U,
         usable / MIB_U
     ))
@@ -241,7 +241,10 @@ mod tests {
         assert_eq!(plain_oversize_warning(4 * G, 8 * G, None), None);
         let w = plain_oversize_warning(17 * G, 20 * G, Some(8 * G)).expect("cgroup is tighter");
         assert!(
-            w.contains("8192 MiB") && w.contains("cgroup") && w.contains("--moe-stream"),
+            w.contains("8192 MiB")
+                && w.contains("cgroup")
+                && w.contains("--moe-stream")
+                && w.contains("--auto"),
             "{w}"
         );
         let w = plain_oversize_warning(17 * G, 6 * G, Some(8 * G)).expect("MemAvailable tighter");

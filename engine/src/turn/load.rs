@@ -86,15 +86,36 @@ fn read_dense_only(cfg: &RunConfig, facts: &ModelFacts, armed: &Armed, note: &mu
         // the binary is not wrapped (a test harness): llama.cpp read the file as before
         return;
     }
-    let mut advised = 0u64;
-    if cfg.dense_weights == DenseWeights::Mmap {
-        let experts: Vec<(usize, u64, u64)> = facts
+    let experts: Vec<(usize, u64, u64)> = facts
+        .index
+        .tensors
+        .iter()
+        .filter(|(name, p)| is_expert_tensor(name) && p.size > 0)
+        .map(|(_, p)| (p.shard, p.offset, p.size))
+        .collect();
+    // the capture decode computes with the mapped experts: blank the ones the streamer takes
+    // over (never their `.bias` / `.scale` companions, which stay mapped) so it reads none
+    let streamed: Vec<(usize, u64, u64)> = match recipe_for(&facts.arch) {
+        Some(r) => facts
             .index
             .tensors
             .iter()
-            .filter(|(name, p)| is_expert_tensor(name) && p.size > 0)
+            .filter(|(name, p)| r.match_tensor(name).is_some() && p.size > 0)
             .map(|(_, p)| (p.shard, p.offset, p.size))
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut blanked = 0u64;
+    for (shard, base, len) in &maps {
+        let ranges: Vec<(u64, u64)> = streamed
+            .iter()
+            .filter(|e| e.0 == *shard)
+            .map(|&(_, off, size)| (off, off + size))
             .collect();
+        blanked += crate::ffi::firstload::blank_experts(*base, *len, &ranges);
+    }
+    let mut advised = 0u64;
+    if cfg.dense_weights == DenseWeights::Mmap {
         let pages = dense_pages(
             &dense_file_ranges(&facts.index),
             &experts,
@@ -108,9 +129,10 @@ fn read_dense_only(cfg: &RunConfig, facts: &ModelFacts, armed: &Armed, note: &mu
     }
     let _ = writeln!(
         note,
-        "bmoe: first load — experts left on flash ({} mapping(s) not populated, {} WILLNEED advice(s) skipped); dense read {:.1} MiB ({})",
+        "bmoe: first load — experts left on flash ({} mapping(s) not populated, {} WILLNEED advice(s) skipped, {:.1} MiB of expert pages blanked for the capture); dense read {:.1} MiB ({})",
         maps.len(),
         armed.skipped_advice(),
+        blanked as f64 / (1024.0 * 1024.0),
         advised as f64 / (1024.0 * 1024.0),
         cfg.dense_weights.as_str()
     );
@@ -180,12 +202,14 @@ fn create_outputs(cfg: &RunConfig) -> Result<(), EngineError> {
 /// (not in `cli`) because making the built-in model can fail like a load does.
 impl Cli {
     /// Resolves the flags into a run configuration; without `-m`, the built-in tiny model is
-    /// used (synthesised into the cache folder on first use, said on `note`). Flags given with
-    /// no effect on this run are warned about on `note`; whether stdout is a terminal is
+    /// used (synthesised into the cache folder on first use, said on `note`). Under `--auto`
+    /// the settings it picks are measured and applied here (each said on `note`). Flags given
+    /// with no effect on this run are warned about on `note`; whether stdout is a terminal is
     /// looked up here.
     ///
     /// # Errors
-    /// A flag's value ([`EngineError::Flag`]) or the built-in model's set-up.
+    /// A flag's value ([`EngineError::Flag`]), the built-in model's set-up, or under `--auto`
+    /// the model file's headers.
     pub fn into_config(mut self, note: &mut dyn Write) -> Result<RunConfig, EngineError> {
         if self.model.model.is_none() {
             // the README's first command runs without -m: use the built-in tiny model
@@ -206,8 +230,11 @@ impl Cli {
             self.model.model = Some(path);
         }
         let mut cfg = self.resolve()?;
+        if self.auto() {
+            crate::auto::apply(&self.auto_given(), &mut cfg, note)?;
+        }
         cfg.terminal = std::io::stdout().is_terminal();
-        for w in self.inert_flags() {
+        for w in self.inert_flags(cfg.stream.is_some()) {
             let _ = writeln!(note, "bmoe: warning: {w}");
         }
         Ok(cfg)

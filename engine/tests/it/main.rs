@@ -3,6 +3,8 @@
 
 mod arch_checks;
 mod architecture;
+mod auto;
+mod cgroup;
 mod chat_templates;
 mod cli_flags;
 mod cli_usage;

@@ -3,6 +3,7 @@
 //! obey the seed's invariants, `--cache-mb auto` stays inside a memory cgroup, the dense-weight
 //! policies keep byte-identity, and `--n-expert-used` / `--load-all` change what is read.
 
+use crate::cgroup::TestCgroup;
 use bmoe_gguf::GgmlType;
 use bmoe_gguf::ModelInfo;
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
@@ -371,41 +372,6 @@ fn chatml_renders_the_models_template() {
     }
 }
 
-/// A fresh memory cgroup (v1 here; v2 where that is the hierarchy) with `limit` bytes, removed
-/// on drop. `None` (with the reason) when this machine does not let us make one.
-struct TestCgroup {
-    dir: PathBuf,
-    procs: PathBuf,
-}
-
-impl TestCgroup {
-    fn create(limit: u64) -> Result<Self, String> {
-        let name = format!("bmoe-engine-test-{}", std::process::id());
-        let v1 = Path::new("/sys/fs/cgroup/memory");
-        let (dir, limit_file) = if v1.join("memory.limit_in_bytes").exists() {
-            (v1.join(&name), "memory.limit_in_bytes")
-        } else if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            (Path::new("/sys/fs/cgroup").join(&name), "memory.max")
-        } else {
-            return Err("no memory cgroup hierarchy mounted".into());
-        };
-        std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-        let cg = TestCgroup {
-            procs: dir.join("cgroup.procs"),
-            dir,
-        };
-        std::fs::write(cg.dir.join(limit_file), limit.to_string())
-            .map_err(|e| format!("set {limit_file}: {e}"))?;
-        Ok(cg)
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
 #[test]
 fn auto_cache_inside_a_memory_cgroup_stays_below_its_limit() {
     let m = &models().wide;
@@ -416,7 +382,7 @@ fn auto_cache_inside_a_memory_cgroup_stays_below_its_limit() {
         total_experts > limit / 2,
         "the model must be big enough to matter"
     );
-    let cg = match TestCgroup::create(limit) {
+    let cg = match TestCgroup::create("auto-cache", limit) {
         Ok(c) => c,
         Err(why) => {
             eprintln!("skipped: cannot make a memory cgroup here ({why})");
@@ -424,12 +390,8 @@ fn auto_cache_inside_a_memory_cgroup_stays_below_its_limit() {
         }
     };
     let path = csv_path("auto.csv");
-    // the child joins the cgroup, then execs bmoe-cli (which finds the cgroup itself)
-    let script = format!("echo $$ > {} && exec \"$0\" \"$@\"", cg.procs.display());
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .arg(env!("CARGO_BIN_EXE_bmoe-cli"))
+    let out = cg
+        .command(Path::new(env!("CARGO_BIN_EXE_bmoe-cli")))
         .arg("-m")
         .arg(&m.path)
         .args(BASE)
