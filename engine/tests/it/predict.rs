@@ -4,7 +4,7 @@
 //! naming the flag; the CSV preamble records what ran.
 
 use crate::gates::{assert_identical, run, trace_full, trace_full_env};
-use crate::prefetch::{KINDS, identical_env, spec_counts};
+use crate::prefetch::{KINDS, identical_env, spec_counts, test_counts};
 
 /// The stale gate's rankings collected even when the worker is slower than a tiny layer.
 const RANK_WAIT: [(&str, &str); 1] = [("BMOE_TEST_RANK_WAIT", "1")];
@@ -469,14 +469,8 @@ fn overlap_predict_prefetch_matches_resident_across_caches_lanes_and_kinds() {
     matrix.push((KINDS[1], "1", "1"));
     matrix.push((KINDS[1], "3", "4"));
     for (kind, cache, lanes) in matrix {
-        let mut cfg: Vec<&str> = vec![
-            "--moe-stream",
-            "--cache-mb",
-            cache,
-            "--io-threads",
-            lanes,
-            "--predict-prefetch",
-        ];
+        let mut cfg = vec!["--moe-stream", "--predict-prefetch", "--cache-mb", cache];
+        cfg.extend_from_slice(&["--io-threads", lanes]);
         cfg.extend_from_slice(kind);
         let stdout = identical_env(m, &cfg, &RANK_WAIT, &mut residents);
         let p = PerfReport::parse(&stdout)
@@ -494,17 +488,12 @@ fn overlap_predict_prefetch_matches_resident_across_caches_lanes_and_kinds() {
 /// The rank worker's counts a run printed under `BMOE_TEST_RANK_COUNTS=1`:
 /// (ranked, collected, late).
 fn rank_counts(stderr: &str) -> (u64, u64, u64) {
-    let line = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("bmoe: test: stale-gate "))
-        .unwrap_or_else(|| panic!("no rank counts:\n{stderr}"));
-    let get = |key: &str| -> u64 {
-        line.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {line}"))
-    };
-    (get("ranked"), get("collected"), get("late"))
+    let [r, c, l] = test_counts(
+        stderr,
+        "bmoe: test: stale-gate ",
+        ["ranked", "collected", "late"],
+    );
+    (r, c, l)
 }
 
 #[test]

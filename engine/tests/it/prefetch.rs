@@ -286,22 +286,26 @@ fn overlap_prefetch_1_and_2_match_resident_across_caches_lanes_and_kinds() {
 /// The speculation's counts a run printed under `BMOE_TEST_SPEC_COUNTS=1`:
 /// (queued, cancelled, adopted, completed).
 pub(crate) fn spec_counts(stderr: &str) -> (u64, u64, u64, u64) {
+    let [q, c, a, d] = test_counts(
+        stderr,
+        "bmoe: test: speculation ",
+        ["queued", "cancelled", "adopted", "completed"],
+    );
+    (q, c, a, d)
+}
+
+/// The `key=value` counts of the first stderr line starting with `prefix`, in `keys` order.
+pub(crate) fn test_counts<const N: usize>(stderr: &str, prefix: &str, keys: [&str; N]) -> [u64; N] {
     let line = stderr
         .lines()
-        .find_map(|l| l.strip_prefix("bmoe: test: speculation "))
-        .unwrap_or_else(|| panic!("no speculation counts:\n{stderr}"));
-    let get = |key: &str| -> u64 {
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line:\n{stderr}"));
+    keys.map(|key| {
         line.split_whitespace()
             .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {key} in {line}"))
-    };
-    (
-        get("queued"),
-        get("cancelled"),
-        get("adopted"),
-        get("completed"),
-    )
+    })
 }
 
 /// Runs like [`crate::gates::run`] with the speculation test knobs set: every speculative read
