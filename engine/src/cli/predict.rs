@@ -16,7 +16,8 @@ pub struct PredictArgs {
     #[arg(long = "predict-log")]
     pub predict_log: bool,
     /// Read ahead the stale gate's guess at layer il+2's routing right after layer il+1's load
-    /// (lossless; needs --moe-stream and a cache; serial loads only)
+    /// (lossless; needs --moe-stream and a cache; under --overlap the reads go to the lanes'
+    /// low-priority queue)
     #[arg(long = "predict-prefetch")]
     pub predict_prefetch: bool,
     /// --predict-prefetch: the most guessed misses read ahead per layer (0-8)
@@ -24,7 +25,7 @@ pub struct PredictArgs {
     pub predict_spec_max: i64,
     /// Lossy: commit layer il+N's routing from layer il's input (its router on a stale input)
     /// and read it early; the `moe-route-ahead:` line says how often it agreed with the router
-    /// (0-8, 0 = off; needs --moe-stream; serial loads only)
+    /// (0-8, 0 = off; needs --moe-stream; under --overlap the early reads go to the lanes)
     #[arg(long = "route-ahead", default_value_t = 0, value_name = "N")]
     pub route_ahead: i64,
 }
@@ -101,7 +102,7 @@ impl PredictArgs {
         Vec::new()
     }
 
-    /// `--route-ahead N`: in range, streaming, serial loads, and alone — it rewrites the
+    /// `--route-ahead N`: in range, streaming, and alone — it rewrites the
     /// routing the predictors score and the prefetchers guess at.
     fn check_route_ahead(
         &self,
@@ -138,19 +139,12 @@ impl PredictArgs {
                 format!("route-ahead rewrites the routing {other} relies on; keep one of them"),
             ));
         }
-        if s.overlap.is_some() {
-            return Err(ConfigError::new(
-                "--route-ahead",
-                "--route-ahead cannot be combined with --overlap yet",
-                "drop --overlap: route-ahead's early reads run on the serial path for now",
-            ));
-        }
         Ok(())
     }
 }
 
 /// `--predict-prefetch` against the streaming settings: a cache for the guesses, not with the
-/// temporal prefetcher, serial loads.
+/// temporal prefetcher.
 fn check_prefetch(s: &StreamConfig) -> Result<(), ConfigError> {
     if s.cache_mb == 0 && s.auto.is_none() {
         return Err(ConfigError::new(
@@ -164,13 +158,6 @@ fn check_prefetch(s: &StreamConfig) -> Result<(), ConfigError> {
             "--predict-prefetch",
             "--predict-prefetch and --prefetch cannot be combined",
             "both read ahead into the same cache; keep one of --predict-prefetch or --prefetch K",
-        ));
-    }
-    if s.overlap.is_some() {
-        return Err(ConfigError::new(
-            "--predict-prefetch",
-            "--predict-prefetch cannot be combined with --overlap yet",
-            "drop --overlap: the stale gate's reads run on the serial path for now",
         ));
     }
     Ok(())

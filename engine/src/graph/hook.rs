@@ -450,8 +450,9 @@ impl MoeHook {
         // route-ahead: the committed selection of layer (layer - 1) + N, read early (no cap)
         if let Some((target, ids)) = layer.checked_sub(1).and_then(|il| p.issue_for(il, nu)) {
             let t = std::time::Instant::now();
-            streamer.predict_ahead(target, &ids, ids.len(), true);
-            p.charge_issue(t.elapsed().as_nanos() as u64);
+            let read = streamer.predict_ahead(target, &ids, ids.len(), true);
+            // a serial read inline is flash I/O (io_ms), not issuing (part of compute_ms)
+            p.charge_issue(t.elapsed().saturating_sub(read).as_nanos() as u64);
         }
     }
 

@@ -7,6 +7,7 @@ pub mod edit;
 pub mod hook;
 pub mod names;
 pub mod predict;
+pub mod rank_worker;
 pub mod read_steps;
 pub mod replay;
 pub mod routes;

@@ -16,7 +16,9 @@
 //! the top ids are the router's whichever it applies.
 
 use super::names::layer_of;
+use super::rank_worker::{RankCounts, RankWorker, rank};
 use crate::ffi::Node;
+use std::sync::Arc;
 
 /// The routing node's scores: `ffn_moe_logits-<il>` = `ffn_gate_inp` × the MoE input.
 pub const LOGITS_NODE: &str = "ffn_moe_logits";
@@ -31,6 +33,11 @@ pub const LOG_LOOKAHEAD: usize = 1;
 
 /// The most ids a ranking keeps (a wider routing is left unscored).
 pub const RANK_DEPTH: usize = 32;
+
+/// Env var (test): `1` prints every committed route-ahead routing on stderr
+/// (`bmoe: test: route-ahead layer=<il> router=<ids> committed=<ids>`, comma-separated ids), so
+/// a test can recount the agreement.
+pub const RA_LOG_ENV: &str = "BMOE_TEST_RA_LOG";
 
 /// The watchdog samples one routing in this many.
 const WATCHDOG_EVERY: u64 = 512;
@@ -159,8 +166,8 @@ impl PredictTally {
 /// The routers, learned from the graph as their logits nodes are first seen.
 #[derive(Debug, Default)]
 struct Gates {
-    /// Per layer: `(n_embd, n_expert × n_embd values)`.
-    rows: Vec<Option<(usize, Vec<f32>)>>,
+    /// Per layer: `(n_embd, n_expert × n_embd values)` (shared with the ranking worker).
+    rows: Vec<Option<(usize, Arc<Vec<f32>>)>>,
 }
 
 impl Gates {
@@ -172,7 +179,12 @@ impl Gates {
         if self.rows.len() <= il {
             self.rows.resize(il + 1, None);
         }
-        self.rows[il] = Some(w);
+        self.rows[il] = Some((w.0, Arc::new(w.1)));
+    }
+
+    /// Layer `il`'s router, when learned.
+    fn router(&self, il: usize) -> Option<(usize, Arc<Vec<f32>>)> {
+        self.rows.get(il)?.clone()
     }
 
     /// Layer `il`'s router applied to `x`, its top [`RANK_DEPTH`] ids best first.
@@ -181,11 +193,7 @@ impl Gates {
         if *k != x.len() || *k == 0 {
             return None;
         }
-        let scores: Vec<f32> = w
-            .chunks_exact(*k)
-            .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
-            .collect();
-        Some(top_ids(&scores, RANK_DEPTH))
+        Some(rank(*k, w, x, RANK_DEPTH))
     }
 }
 
@@ -251,8 +259,13 @@ pub struct Predictor {
     ctrl: Vec<Option<Vec<i32>>>,
     /// Per layer, the previous token's routing.
     prev: Vec<Option<Vec<i32>>>,
-    /// Per layer, the stale gate's ranking waiting to be read ahead.
+    /// Per layer, the stale gate's ranking waiting to be read ahead (made inline when the
+    /// worker could not be started).
     ahead: Vec<Option<Vec<i32>>>,
+    /// `--predict-prefetch`: the thread that ranks the stale gate off the eval thread.
+    worker: Option<RankWorker>,
+    /// Decodes begun (a worker's ranking of an earlier decode is stale).
+    epoch: u64,
     tally: PredictTally,
     watchdog: Watchdog,
     /// `--route-ahead N` (0 = off).
@@ -260,6 +273,8 @@ pub struct Predictor {
     /// Per layer, the ranking route-ahead commits (made `route_ahead` layers before).
     commit: Vec<Option<Vec<i32>>>,
     ra: RouteAheadTally,
+    /// [`RA_LOG_ENV`].
+    ra_log: bool,
 }
 
 /// What `--route-ahead N` did, session-cumulative.
@@ -310,11 +325,18 @@ impl Predictor {
             ctrl: Vec::new(),
             prev: Vec::new(),
             ahead: Vec::new(),
+            worker: if prefetch {
+                RankWorker::start(RANK_DEPTH)
+            } else {
+                None
+            },
+            epoch: 0,
             tally: PredictTally::default(),
             watchdog: Watchdog::default(),
             route_ahead: 0,
             commit: Vec::new(),
             ra: RouteAheadTally::default(),
+            ra_log: std::env::var(RA_LOG_ENV).is_ok_and(|v| v == "1"),
         }
     }
 
@@ -343,6 +365,7 @@ impl Predictor {
     /// teaches the routers and the last prompt token's routing).
     pub fn begin_decode(&mut self, prefill: bool) {
         self.decoding = !prefill;
+        self.epoch += 1;
         self.stale.iter_mut().for_each(|s| *s = None);
         self.ctrl.iter_mut().for_each(|s| *s = None);
         self.ahead.iter_mut().for_each(|s| *s = None);
@@ -376,7 +399,12 @@ impl Predictor {
             return;
         };
         if self.prefetch && !self.watchdog.tripped {
-            *at(&mut self.ahead, il + LOOKAHEAD) = self.gates.rank(il + LOOKAHEAD, &x);
+            let target = il + LOOKAHEAD;
+            match (self.worker.as_mut(), self.gates.router(target)) {
+                (Some(w), Some((k, router))) => w.submit(self.epoch, target, k, router, x.clone()),
+                (Some(_), None) => {}
+                (None, _) => *at(&mut self.ahead, target) = self.gates.rank(target, &x),
+            }
         }
         if self.log {
             *at(&mut self.stale, il + LOG_LOOKAHEAD) = self.gates.rank(il + LOG_LOOKAHEAD, &x);
@@ -410,6 +438,15 @@ impl Predictor {
         match c {
             Some(c) if c.len() >= nu && !self.watchdog.tripped => {
                 let c = c[..nu].to_vec();
+                if self.ra_log {
+                    let list =
+                        |v: &[i32]| v.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+                    eprintln!(
+                        "bmoe: test: route-ahead layer={il} router={} committed={}",
+                        list(ids),
+                        list(&c)
+                    );
+                }
                 self.ra.agree.add(&c, ids);
                 self.ra.committed += 1;
                 Some(c)
@@ -488,7 +525,15 @@ impl Predictor {
         if self.watchdog.tripped {
             return None;
         }
+        if let Some(w) = self.worker.as_mut() {
+            return w.collect(self.epoch, layer);
+        }
         self.ahead.get_mut(layer).and_then(Option::take)
+    }
+
+    /// `--predict-prefetch`: what the ranking worker did (`None` without it).
+    pub fn rank_counts(&self) -> Option<RankCounts> {
+        self.worker.as_ref().map(RankWorker::counts)
     }
 
     /// What `--predict-log` measured so far.

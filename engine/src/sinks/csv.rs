@@ -27,6 +27,8 @@ pub struct RowContext {
     pub page_size: u64,
     /// Overlap: the eval thread's waits for the previous layer's reads, ms.
     pub drain_ms: f64,
+    /// Route-ahead: `adopt_ms`, `ra_issue_ms`, `ra_wd_ms` (0 without it).
+    pub route_ahead_ms: [f64; 3],
     /// Tokens the decode of this row confirmed: 1 plain, the group's size on a verify
     /// decode's first row, 0 on the group's other rows.
     pub mtp_batch: u64,
@@ -66,9 +68,9 @@ pub fn token_row(t: &TokenStats, c: &RowContext) -> TokenRow {
         mtp_batch: Some(c.mtp_batch),
         mtp_draft_ms: Some(c.mtp_draft_ms),
         drain_ms: Some(c.drain_ms),
-        adopt_ms: Some(0.0),
-        ra_issue_ms: Some(0.0),
-        ra_wd_ms: Some(0.0),
+        adopt_ms: Some(c.route_ahead_ms[0]),
+        ra_issue_ms: Some(c.route_ahead_ms[1]),
+        ra_wd_ms: Some(c.route_ahead_ms[2]),
     }
 }
 
@@ -190,6 +192,7 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     }
     if st.stall_s.is_some() {
         t.push_f64("drain_s/tok", st.drain_s / n, 3);
+        t.push_f64("adopt_s/tok", st.adopt_s / n, 3);
     }
     // an appended key (older parsers ignore it): the figures above cover a partial turn
     if c.cancelled {
@@ -491,6 +494,7 @@ mod tests {
             page_size: 4096,
             turn: 0,
             drain_ms: 0.0,
+            route_ahead_ms: [0.0; 3],
             mtp_batch: 1,
             mtp_draft_ms: 0.0,
         };

@@ -318,6 +318,8 @@ pub struct StreamSummary {
     pub stall_s: Option<f64>,
     /// Under `--overlap`: Σ eval-thread waits for the previous batch, s.
     pub drain_s: f64,
+    /// Route-ahead under overlap: loads waiting for their committed speculative reads, s.
+    pub adopt_s: f64,
     /// Cache lookups, cumulative (prompts included, as `cache_hit_pct`).
     pub lookups: u64,
     /// Cache hits, cumulative.
@@ -505,11 +507,11 @@ fn stream_lines(s: &RunSummary, st: &StreamSummary, n: f64, s_tok: f64, out: &mu
     }
     if let Some(stall_s_per_token) = stall {
         out.push(MoeOverlap { stall_s_per_token }.to_string());
-        if st.drain_s / n >= 0.0005 {
+        if st.drain_s / n >= 0.0005 || st.adopt_s / n >= 0.0005 {
             out.push(
                 MoeWaits {
                     drain_s_per_token: st.drain_s / n,
-                    adopt_s_per_token: 0.0,
+                    adopt_s_per_token: st.adopt_s / n,
                 }
                 .to_string(),
             );

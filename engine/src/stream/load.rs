@@ -140,7 +140,7 @@ impl Streamer {
             Vec::new()
         };
         // overlap: queued speculation is cancelled, finished speculation joins the cache first
-        self.settle_speculative();
+        self.settle_speculative(layer);
         self.cache.begin_load();
         self.seen_gen += 1;
         let (misses, first_routed, spec_hits, adopted) = self.touch_routed(layer, ids);

@@ -60,6 +60,9 @@ pub struct StreamStats {
     pub stall_ns: u64,
     /// Overlap: the eval thread's waits for the previous layer's batch.
     pub drain_ns: u64,
+    /// Route-ahead under overlap: loads waiting for their own committed speculative reads to
+    /// complete (adoption; inside `mgmt_ns`).
+    pub adopt_ns: u64,
     /// Cache management time (lookups, LRU, eviction).
     pub mgmt_ns: u64,
     /// Layer loads (routing callbacks).

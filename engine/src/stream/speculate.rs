@@ -12,6 +12,12 @@
 //!   adopts it and waits for that read (userfaultfd: in the kernel, on its pages; staged: on the
 //!   eval thread) rather than reading it twice. `--prefetch-sync` drains the queue on the eval
 //!   thread right after issuing (a diagnostic; its io rows carry the lane after the last one).
+//! - Route-ahead's *adopt* mode ([`Streamer::set_stale_gate_reads`] with `adopt`): the guesses
+//!   are the committed routing itself, so a real load never cancels them. Its own layer's queued
+//!   units move to the queue's front and are completed (the eval thread reads alongside the
+//!   lanes) before it stages, the wait being `adopt_ns` (inside mgmt); other layers' units stay
+//!   queued, and integrated entries go to the LRU's front. Serially there is nothing to adopt:
+//!   the early reads already ran on the eval thread when they were issued.
 
 use super::cache::EntryId;
 use super::overlap::{OverlapKind, SpecDone, SpecUnit};
@@ -59,10 +65,12 @@ pub struct SpecCounts {
     pub completed: u64,
 }
 
-/// `--prefetch K` state on the streamer.
+/// Speculative-read state on the streamer (`--prefetch K`, `--predict-prefetch`,
+/// `--route-ahead`).
 pub(super) struct Speculation {
-    /// The previous token's routing per layer.
-    pub predictor: TemporalPredictor,
+    /// `--prefetch K`: the previous token's routing per layer (`None` for the stale gate's
+    /// reads, which the hook hands over itself).
+    pub predictor: Option<TemporalPredictor>,
     /// Experts each token routes to (the router's `n_expert_used`).
     pub n_used: usize,
     /// `--prefetch-sync`: drain the speculative reads on the eval thread right after issuing.
@@ -74,23 +82,46 @@ pub(super) struct Speculation {
     pub rows: Vec<(u64, IoRecord)>,
     /// [`SPEC_COUNTS_ENV`].
     pub print_counts: bool,
+    /// Route-ahead's adopt mode: a load completes its own layer's queued guesses instead of
+    /// cancelling any.
+    pub adopt: bool,
 }
 
-impl Streamer {
-    /// Turns on `--prefetch depth` (0 = off): `n_used` is the experts one token routes to.
-    pub fn set_prefetch(&mut self, depth: usize, n_used: usize) {
-        self.spec = (depth > 0 && n_used > 0).then(|| Speculation {
-            predictor: TemporalPredictor::new(
-                self.layout.layers.len(),
-                self.layout.n_expert,
-                depth,
-            ),
+impl Speculation {
+    fn new(predictor: Option<TemporalPredictor>, n_used: usize) -> Self {
+        Self {
+            predictor,
             n_used,
             sync: false,
             counts: SpecCounts::default(),
             rows: Vec::new(),
             print_counts: std::env::var(SPEC_COUNTS_ENV).is_ok_and(|v| v == "1"),
+            adopt: false,
+        }
+    }
+}
+
+impl Streamer {
+    /// Turns on `--prefetch depth` (0 = off): `n_used` is the experts one token routes to.
+    pub fn set_prefetch(&mut self, depth: usize, n_used: usize) {
+        self.spec = (depth > 0 && n_used > 0).then(|| {
+            let p = TemporalPredictor::new(self.layout.layers.len(), self.layout.n_expert, depth);
+            Speculation::new(Some(p), n_used)
         });
+        self.set_spec_delay();
+    }
+
+    /// `--predict-prefetch` (`adopt` false) or `--route-ahead` (`adopt` true: its guesses are
+    /// the committed routing, completed by the load that needs them, never cancelled): the hook
+    /// hands the stale gate's guesses to [`Self::predict_ahead`].
+    pub fn set_stale_gate_reads(&mut self, adopt: bool) {
+        let s = self.spec.get_or_insert_with(|| Speculation::new(None, 0));
+        s.adopt = adopt;
+        self.set_spec_delay();
+    }
+
+    /// [`SPEC_DELAY_ENV`] to the lanes.
+    fn set_spec_delay(&mut self) {
         let delay = std::env::var(SPEC_DELAY_ENV)
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -114,12 +145,13 @@ impl Streamer {
         let Some(spec) = self.spec.as_mut() else {
             return;
         };
+        let Some(predictor) = spec.predictor.as_mut() else {
+            return;
+        };
         let cache = &self.cache;
-        let wanted = spec
-            .predictor
-            .candidates(layer, |id| cache.is_resident(id) || cache.is_in_flight(id));
-        let n_used = spec.n_used;
-        spec.predictor.record(layer, ids, n_used);
+        let wanted =
+            predictor.candidates(layer, |id| cache.is_resident(id) || cache.is_in_flight(id));
+        predictor.record(layer, ids, spec.n_used);
         self.issue_speculative(&wanted, SpecTag::Temporal);
     }
 
@@ -128,11 +160,18 @@ impl Streamer {
     /// the LRU's front, not counted as hits), and the misses, at most `spec_max` of them, are
     /// read ahead as speculative entries. A failed read is forgotten, as with `--prefetch`.
     /// With `front` (route-ahead's adopt mode: the guess *is* the routing) the entries read
-    /// join the LRU's front instead, so the loads in between do not evict them.
-    pub fn predict_ahead(&mut self, layer: usize, ranked: &[i32], spec_max: usize, front: bool) {
+    /// join the LRU's front instead, so the loads in between do not evict them. Returns the
+    /// time the serial path spent reading them inline (counted as flash I/O, not as issuing).
+    pub fn predict_ahead(
+        &mut self,
+        layer: usize,
+        ranked: &[i32],
+        spec_max: usize,
+        front: bool,
+    ) -> std::time::Duration {
         // without a cache a guess has nowhere to wait for its routing
         if self.cache.budget() == 0 || !matches!(self.layout.layers.get(layer), Some(Some(_))) {
-            return;
+            return std::time::Duration::ZERO;
         }
         let n_expert = self.layout.n_expert;
         let mut wanted = Vec::new();
@@ -150,20 +189,27 @@ impl Streamer {
                 wanted.push(id);
             }
         }
-        self.issue_speculative(&wanted, SpecTag::StaleGate);
+        let read = self.issue_speculative(&wanted, SpecTag::StaleGate);
         if front {
             wanted.into_iter().for_each(|id| self.cache.refresh(id));
         }
+        read
     }
 
     /// Reads `guesses` (most urgent first) speculatively into the cache's cold end; entries
     /// resident or already on their way are skipped. A failed serial speculative read is
-    /// forgotten, never an error: the real load reads it again.
-    pub(crate) fn issue_speculative(&mut self, guesses: &[EntryId], tag: SpecTag) {
+    /// forgotten, never an error: the real load reads it again. Returns the time spent reading
+    /// inline (serial only; zero under `--overlap`, where the lanes read).
+    pub(crate) fn issue_speculative(
+        &mut self,
+        guesses: &[EntryId],
+        tag: SpecTag,
+    ) -> std::time::Duration {
         if self.overlap().is_some() {
             self.queue_speculative(guesses, tag);
-            return;
+            return std::time::Duration::ZERO;
         }
+        let t0 = Instant::now();
         // per layer, the entries this round reads
         let mut by_layer: Vec<(usize, Vec<usize>)> = Vec::new();
         for &id in guesses {
@@ -175,8 +221,14 @@ impl Streamer {
                 _ => by_layer.push((id.layer, vec![id.expert])),
             }
         }
+        let reading = !by_layer.is_empty();
         for (il, experts) in by_layer {
             self.read_speculative(il, &experts);
+        }
+        if reading {
+            t0.elapsed()
+        } else {
+            std::time::Duration::ZERO
         }
     }
 
@@ -245,10 +297,15 @@ impl Streamer {
         }
     }
 
-    /// The start of a real overlapped load: queued units are cancelled (their entries
-    /// forgotten, their slices back to absent) and finished ones join the cache.
-    pub(super) fn settle_speculative(&mut self) {
-        if self.spec.is_none() {
+    /// The start of a real overlapped load of `layer`: queued units are cancelled (their
+    /// entries forgotten, their slices back to absent) and finished ones join the cache. In
+    /// adopt mode nothing is cancelled: `layer`'s own queued units are completed first.
+    pub(super) fn settle_speculative(&mut self, layer: usize) {
+        let Some(adopt) = self.spec.as_ref().map(|s| s.adopt) else {
+            return;
+        };
+        if adopt {
+            self.adopt_speculative(layer);
             return;
         }
         let Some(o) = self.overlap() else { return };
@@ -267,6 +324,20 @@ impl Streamer {
                 layer: u.layer,
                 expert: u.expert,
             });
+        }
+        self.collect_speculative();
+    }
+
+    /// Adopt mode: `layer`'s queued units move to the queue's front and are read (the eval
+    /// thread helping the lanes), the load waiting for them and for every unit in flight; the
+    /// wait is `adopt_ns`, inside the load's mgmt window.
+    fn adopt_speculative(&mut self, layer: usize) {
+        let Some(o) = self.overlap() else { return };
+        let t0 = Instant::now();
+        let adopted = o.adopt_spec(layer);
+        self.stats.adopt_ns += t0.elapsed().as_nanos() as u64;
+        if let Some(s) = self.spec.as_mut() {
+            s.counts.adopted += adopted as u64;
         }
         self.collect_speculative();
     }
@@ -295,6 +366,7 @@ impl Streamer {
         let Some(o) = self.overlap() else { return };
         let done = o.take_spec_done();
         let logging = self.io_log.is_some();
+        let front = self.spec.as_ref().is_some_and(|s| s.adopt);
         for d in done {
             let id = EntryId {
                 layer: d.unit.layer,
@@ -302,6 +374,10 @@ impl Streamer {
             };
             if d.ok {
                 self.cache.complete_speculative(id);
+                if front {
+                    // route-ahead: the entry is the committed routing, not a guess to evict first
+                    self.cache.refresh(id);
+                }
                 self.stats.spec_read_bytes += self.slice_bytes(id.layer);
             } else {
                 // the run is failing (the lanes raised the abort); the entry holds no file bytes

@@ -58,6 +58,9 @@ impl TokenLoop {
 pub(super) struct Decoded {
     pub(super) row: TokenStats,
     drain_ms: f64,
+    /// Route-ahead: the loads' adoption waits (`adopt_ms`), issuing the early reads
+    /// (`ra_issue_ms`) and the watchdog's GEMV (`ra_wd_ms`), ms.
+    route_ahead_ms: [f64; 3],
     wall_s: f64,
     loop_overhead_ms: f64,
     probe_ms: f64,
@@ -86,6 +89,7 @@ impl Decoded {
                 ..self.row
             },
             drain_ms: 0.0,
+            route_ahead_ms: [0.0; 3],
             wall_s: 0.0,
             loop_overhead_ms: 0.0,
             probe_ms: 0.0,
@@ -267,6 +271,7 @@ impl Engine<'_> {
             // prefill (batched decodes) keeps the full count
             self.ctx.set_threads(n as i32, self.cfg.threads as i32);
         }
+        let ra0 = self.route_ahead_tally().unwrap_or_default();
         let p0 = process_sample();
         let t0 = Instant::now();
         let loop_overhead_ms = (t0 - lp.last_end).as_secs_f64() * 1e3;
@@ -310,6 +315,7 @@ impl Engine<'_> {
                 mgmt_ns: n.mgmt_ns - p.mgmt_ns,
                 stall_ns: n.stall_ns - p.stall_ns,
                 drain_ns: n.drain_ns - p.drain_ns,
+                adopt_ns: n.adopt_ns - p.adopt_ns,
                 ..n
             },
             _ => StreamStats::default(),
@@ -339,8 +345,14 @@ impl Engine<'_> {
             // count by the rest of the token
             gov.record(row.compute_ms);
         }
+        let ra = self.route_ahead_tally().unwrap_or_default();
         Ok(Some(Decoded {
             drain_ms: d.drain_ns as f64 / 1e6,
+            route_ahead_ms: [
+                d.adopt_ns as f64 / 1e6,
+                ra.issue_ns.saturating_sub(ra0.issue_ns) as f64 / 1e6,
+                ra.wd_ns.saturating_sub(ra0.wd_ns) as f64 / 1e6,
+            ],
             row,
             wall_s: wall.as_secs_f64(),
             loop_overhead_ms,
@@ -367,6 +379,7 @@ impl Engine<'_> {
                 loop_overhead_ms: d.loop_overhead_ms,
                 page_size: system_page_size() as u64,
                 drain_ms: d.drain_ms,
+                route_ahead_ms: d.route_ahead_ms,
                 mtp_batch: d.batch,
                 mtp_draft_ms: d.draft_ms,
             };
@@ -505,6 +518,7 @@ impl Engine<'_> {
                     .is_some()
                     .then(|| (n.stall_ns - b.stall_ns) as f64 / 1e9),
                 drain_s: (n.drain_ns - b.drain_ns) as f64 / 1e9,
+                adopt_s: (n.adopt_ns - b.adopt_ns) as f64 / 1e9,
                 lookups: n.lookups,
                 hits: n.hits,
                 experts_read: n.experts_read,

@@ -85,6 +85,9 @@ pub(super) fn start_streaming(
     streamer.set_consumers(&consumers);
     streamer.set_prefetch(sc.prefetch, top_k);
     streamer.set_prefetch_sync(sc.prefetch_sync);
+    if cfg.predict.prefetch || cfg.predict.route_ahead > 0 {
+        streamer.set_stale_gate_reads(cfg.predict.route_ahead > 0);
+    }
     for w in &setup.warnings {
         let _ = writeln!(note, "bmoe: warning: {w}");
     }

@@ -69,7 +69,13 @@ pub(crate) fn cli() -> Command {
 }
 
 pub(crate) fn run(model: &Path, extra: &[&str]) -> Output {
+    run_env(model, extra, &[])
+}
+
+/// [`run`] with the environment variables `env` set.
+pub(crate) fn run_env(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     cli()
+        .envs(env.iter().copied())
         .arg("-m")
         .arg(model)
         .args([
@@ -118,7 +124,16 @@ pub(crate) fn resident_args(streamed_args: &[&str], streamed_stderr: &str) -> Ve
 
 /// [`trace`] plus stderr.
 pub(crate) fn trace_full(model: &Path, extra: &[&str]) -> (Vec<(String, String)>, String, String) {
-    let out = run(model, extra);
+    trace_full_env(model, extra, &[])
+}
+
+/// [`trace_full`] with the environment variables `env` set.
+pub(crate) fn trace_full_env(
+    model: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Vec<(String, String)>, String, String) {
+    let out = run_env(model, extra, env);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "bmoe-cli {extra:?} failed:\n{stderr}");

@@ -3,7 +3,11 @@
 //! stale-gate prefetch is lossless and really reads ahead; the prerequisites are config errors
 //! naming the flag; the CSV preamble records what ran.
 
-use crate::gates::{assert_identical, run, trace_full};
+use crate::gates::{assert_identical, run, trace_full, trace_full_env};
+use crate::prefetch::{KINDS, identical_env, spec_counts, test_counts};
+
+/// The stale gate's rankings collected even when the worker is slower than a tiny layer.
+const RANK_WAIT: [(&str, &str); 1] = [("BMOE_TEST_RANK_WAIT", "1")];
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
 use bmoe_telemetry::summary::PerfReport;
 use bmoe_telemetry::trace::{PHASE_DECODE, RouteRow, RouteTraceReader};
@@ -187,7 +191,7 @@ fn predict_prefetch_matches_resident_and_really_reads_ahead() {
             max,
         ];
         assert_identical(m, &[&cfg]);
-        let (_, stdout, _) = trace_full(m, &cfg);
+        let (_, stdout, _) = trace_full_env(m, &cfg, &RANK_WAIT);
         let line = stdout
             .lines()
             .find(|l| l.starts_with("moe-prefetch: "))
@@ -232,7 +236,7 @@ fn predict_spec_max_0_reads_nothing_ahead() {
 
 #[test]
 fn predictor_prerequisites_are_config_errors_naming_the_flag() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--predict-log"], "--predict-log requires --moe-stream"),
         (
             &["--predict-prefetch"],
@@ -252,16 +256,6 @@ fn predictor_prerequisites_are_config_errors_naming_the_flag() {
                 "1",
             ],
             "--predict-prefetch and --prefetch cannot be combined",
-        ),
-        (
-            &[
-                "--moe-stream",
-                "--cache-mb",
-                "4",
-                "--predict-prefetch",
-                "--overlap",
-            ],
-            "--predict-prefetch cannot be combined with --overlap",
         ),
         (
             &[
@@ -425,7 +419,7 @@ fn route_ahead_commits_every_eligible_routing_and_reports_it_everywhere() {
 
 #[test]
 fn route_ahead_refuses_what_it_would_corrupt() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 4] = [
         (
             &["--route-ahead", "1"],
             "--route-ahead requires --moe-stream",
@@ -450,10 +444,6 @@ fn route_ahead_refuses_what_it_would_corrupt() {
             ],
             "--route-ahead and --prefetch cannot be combined",
         ),
-        (
-            &["--moe-stream", "--route-ahead", "1", "--overlap"],
-            "--route-ahead cannot be combined with --overlap",
-        ),
     ];
     for (args, msg) in cases {
         let out = run(deep(), args);
@@ -461,5 +451,236 @@ fn route_ahead_refuses_what_it_would_corrupt() {
         assert!(!out.status.success(), "{args:?} must refuse:\n{stderr}");
         assert!(stderr.contains(msg), "{args:?}: {msg}:\n{stderr}");
         assert!(stderr.lines().any(|l| l.starts_with("hint:")), "{stderr}");
+    }
+}
+
+#[test]
+fn overlap_predict_prefetch_matches_resident_across_caches_lanes_and_kinds() {
+    let m = deep();
+    let mut residents = std::collections::HashMap::new();
+    // the cache sizes of the --prefetch gates, on the default overlap (userfaultfd where the
+    // kernel allows it) and the hardest corner on the staged one
+    let mut matrix: Vec<(&[&str], &str, &str)> = Vec::new();
+    for cache in ["1", "3"] {
+        for lanes in ["1", "4"] {
+            matrix.push((KINDS[0], cache, lanes));
+        }
+    }
+    matrix.push((KINDS[1], "1", "1"));
+    matrix.push((KINDS[1], "3", "4"));
+    for (kind, cache, lanes) in matrix {
+        let mut cfg = vec!["--moe-stream", "--predict-prefetch", "--cache-mb", cache];
+        cfg.extend_from_slice(&["--io-threads", lanes]);
+        cfg.extend_from_slice(kind);
+        let stdout = identical_env(m, &cfg, &RANK_WAIT, &mut residents);
+        let p = PerfReport::parse(&stdout)
+            .moe_prefetch
+            .unwrap_or_else(|| panic!("{cfg:?}: no moe-prefetch line:\n{stdout}"));
+        assert!(
+            stdout.contains(" [stale-gate]"),
+            "{cfg:?}: not tagged:\n{stdout}"
+        );
+        assert!(p.prefetched > 0, "{cfg:?}: nothing read ahead:\n{stdout}");
+        assert!(p.useful <= p.prefetched, "{cfg:?}: useful > prefetched");
+    }
+}
+
+/// The rank worker's counts a run printed under `BMOE_TEST_RANK_COUNTS=1`:
+/// (ranked, collected, late).
+fn rank_counts(stderr: &str) -> (u64, u64, u64) {
+    let [r, c, l] = test_counts(
+        stderr,
+        "bmoe: test: stale-gate ",
+        ["ranked", "collected", "late"],
+    );
+    (r, c, l)
+}
+
+#[test]
+fn the_stale_gate_ranks_on_its_worker_and_changes_nothing_computed() {
+    let m = deep();
+    for extra in [&[][..], &["--overlap"][..]] {
+        let mut cfg = vec!["--moe-stream", "--cache-mb", "1", "--predict-prefetch"];
+        cfg.extend_from_slice(extra);
+        let counts = [("BMOE_TEST_RANK_COUNTS", "1")];
+        // never waited for: a ranking is collected in time or counted late, never both
+        let (steps, _, stderr) = trace_full_env(m, &cfg, &counts);
+        let (ranked, collected, late) = rank_counts(&stderr);
+        // layers 2.. of every decode, each ranked two layers early
+        let most = steps.len() as u64 * (LAYERS as u64 - 2);
+        assert!(
+            ranked > 0 && ranked <= most,
+            "{cfg:?}: {ranked} of {most}:\n{stderr}"
+        );
+        assert_eq!(collected + late, ranked, "{cfg:?}:\n{stderr}");
+        // whatever was back in time, the result is the resident run's
+        assert_identical(m, &[&cfg]);
+        // waited for (the test knob): every ranking is collected, and the guesses are read
+        let mut env = counts.to_vec();
+        env.extend_from_slice(&RANK_WAIT);
+        let (waited, stdout, stderr) = trace_full_env(m, &cfg, &env);
+        assert_eq!(waited, steps, "{cfg:?}: waiting changed the output");
+        let (ranked, collected, late) = rank_counts(&stderr);
+        assert_eq!((collected, late), (ranked, 0), "{cfg:?}:\n{stderr}");
+        let p = PerfReport::parse(&stdout)
+            .moe_prefetch
+            .expect("moe-prefetch line");
+        assert!(p.prefetched > 0 && p.useful <= p.prefetched, "{stdout}");
+    }
+}
+
+/// Recounts route-ahead's agreement from the committed routings a run logged under
+/// `BMOE_TEST_RA_LOG=1`: (per (layer, n-th commit of that layer) the committed ids, percent of
+/// slots whose committed id the router chose too).
+fn recount(stderr: &str) -> (Vec<(u32, Vec<i32>)>, f64) {
+    let ids = |v: &str| -> Vec<i32> { v.split(',').map(|x| x.parse().expect("id")).collect() };
+    let (mut slots, mut hits) = (0usize, 0usize);
+    let mut commits = Vec::new();
+    for l in stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("bmoe: test: route-ahead "))
+    {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let get = |k: &str| {
+            f.iter()
+                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+                .unwrap_or_else(|| panic!("no {k} in {l}"))
+        };
+        let (router, committed) = (ids(get("router")), ids(get("committed")));
+        assert_eq!(router.len(), committed.len(), "{l}");
+        slots += router.len();
+        hits += committed.iter().filter(|c| router.contains(c)).count();
+        commits.push((get("layer").parse().expect("layer"), committed));
+    }
+    assert!(slots > 0, "nothing committed:\n{stderr}");
+    (commits, 100.0 * hits as f64 / slots as f64)
+}
+
+#[test]
+fn overlap_route_ahead_commits_what_the_serial_path_commits() {
+    let m = deep();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let route = dir.path().join("route.csv");
+    let route_s = route.to_str().expect("utf-8 path");
+    let log = [("BMOE_TEST_RA_LOG", "1")];
+    for cache in ["1", "3"] {
+        let serial: Vec<&str> = vec!["--moe-stream", "--cache-mb", cache, "--route-ahead", "1"];
+        let (want, want_out, want_err) = trace_full_env(m, &serial, &log);
+        let want_line = route_ahead_line(&want_out);
+        let (want_commits, want_pct) = recount(&want_err);
+        assert!(
+            (want_pct - want_line.3).abs() <= 0.05 + 1e-9,
+            "serial: recount {want_pct:.2} vs line {}",
+            want_line.3
+        );
+        for kind in KINDS {
+            for lanes in ["1", "4"] {
+                let mut cfg = serial.clone();
+                cfg.extend_from_slice(&["--io-threads", lanes, "--route-trace", route_s]);
+                cfg.extend_from_slice(kind);
+                let (got, out, err) = trace_full_env(m, &cfg, &log);
+                // same committed ids, same text: the early reads change only when bytes arrive
+                assert_eq!(got, want, "{cfg:?} differs from the serial route-ahead run");
+                let line = route_ahead_line(&out);
+                assert_eq!(line, want_line, "{cfg:?}:\n{out}");
+                let (commits, pct) = recount(&err);
+                assert_eq!(commits, want_commits, "{cfg:?}: other routings committed");
+                assert!(
+                    (pct - line.3).abs() <= 0.05 + 1e-9,
+                    "{cfg:?}: recount {pct:.2} vs line {}",
+                    line.3
+                );
+                assert!(out.contains(" [route-ahead]"), "{cfg:?}:\n{out}");
+                // what was loaded is what was committed: the route trace's decode routing of
+                // each committed layer, in order, is the committed selection
+                let rows: Vec<RouteRow> = RouteTraceReader::open(&route)
+                    .expect("route trace parses")
+                    .map(|r| r.expect("row"))
+                    .collect();
+                let mut traced: BTreeMap<(i64, u32), Vec<i32>> = BTreeMap::new();
+                for r in rows
+                    .iter()
+                    .filter(|r| r.phase == PHASE_DECODE && r.layer >= 1)
+                {
+                    traced
+                        .entry((r.step, r.layer))
+                        .or_default()
+                        .push(r.expert as i32);
+                }
+                let mut per_layer: BTreeMap<u32, Vec<Vec<i32>>> = BTreeMap::new();
+                for ((_, layer), ids) in traced {
+                    per_layer.entry(layer).or_default().push(ids);
+                }
+                let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+                for (layer, committed) in &commits {
+                    let n = seen.entry(*layer).or_default();
+                    let loaded = &per_layer[layer][*n];
+                    *n += 1;
+                    assert_eq!(loaded, committed, "{cfg:?}: layer {layer} loaded other ids");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn overlap_route_ahead_adopts_its_reads_and_measures_its_columns() {
+    use bmoe_telemetry::metrics::MetricsFile;
+    let m = deep();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let csv = dir.path().join("m.csv");
+    let csv_s = csv.to_str().expect("utf-8 path");
+    let base = ["--moe-stream", "--cache-mb", "3", "--route-ahead", "1"];
+    let (want, _, _) = trace_full(m, &base);
+    // the serial path reads the committed selection when it is issued: nothing to adopt
+    let mut serial = base.to_vec();
+    serial.extend_from_slice(&["--csv", csv_s]);
+    trace_full(m, &serial);
+    let f = MetricsFile::read(&csv).expect("metrics CSV parses");
+    let sum = |f: &MetricsFile, pick: fn(&bmoe_telemetry::metrics::TokenRow) -> Option<f64>| {
+        f.rows.iter().map(|r| pick(r).expect("column")).sum::<f64>()
+    };
+    assert_eq!(sum(&f, |r| r.adopt_ms), 0.0);
+    assert!(sum(&f, |r| r.ra_issue_ms) > 0.0, "serial: no issue time");
+    assert!(
+        sum(&f, |r| r.ra_wd_ms) > 0.0,
+        "serial: the watchdog never sampled"
+    );
+    for kind in KINDS {
+        // every speculative slice pauses first: the next layer's load meets its own committed
+        // reads still queued or in flight, and must complete them rather than cancel them
+        let mut cfg = serial.clone();
+        cfg.extend_from_slice(&["--io-threads", "1"]);
+        cfg.extend_from_slice(kind);
+        let (got, out, err) = trace_full_env(
+            m,
+            &cfg,
+            &[
+                ("BMOE_TEST_SPEC_COUNTS", "1"),
+                ("BMOE_TEST_SPEC_DELAY_US", "3000"),
+            ],
+        );
+        assert_eq!(got, want, "{cfg:?}: slowed early reads changed the output");
+        let (queued, cancelled, adopted, completed) = spec_counts(&err);
+        assert_eq!(cancelled, 0, "{cfg:?}: adopt mode cancelled:\n{err}");
+        assert!(adopted > 0, "{cfg:?}: no load adopted its reads:\n{err}");
+        assert!(completed > 0 && completed <= queued, "{cfg:?}:\n{err}");
+        let f = MetricsFile::read(&csv).expect("metrics CSV parses");
+        let n = f.rows.len() as f64;
+        let adopt = sum(&f, |r| r.adopt_ms);
+        assert!(adopt > 0.0, "{cfg:?}: adopt_ms never measured");
+        // adoption is part of the loads' cache management
+        assert!(adopt <= sum(&f, |r| r.mgmt_ms) + 1e-6, "{cfg:?}");
+        assert!(sum(&f, |r| r.ra_issue_ms) > 0.0, "{cfg:?}: no issue time");
+        let t = f.summaries.last().expect("trailer");
+        let per_tok = t.get_f64("adopt_s/tok").expect("adopt_s/tok");
+        assert!(
+            (per_tok - adopt / 1e3 / n).abs() <= 0.0005 + 1e-9,
+            "{cfg:?}: adopt_s/tok {per_tok} vs Σ adopt_ms {adopt} over {n} rows"
+        );
+        let p = PerfReport::parse(&out)
+            .moe_prefetch
+            .expect("moe-prefetch line");
+        assert!(p.prefetched > 0 && p.useful <= p.prefetched, "{out}");
     }
 }

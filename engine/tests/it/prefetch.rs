@@ -182,16 +182,26 @@ fn traces_mark_speculative_reads_and_first_touches_and_add_up_to_the_trailer() {
 
 /// The overlap kinds `--prefetch` runs under: userfaultfd where the kernel allows it (else the
 /// run says staged), and the staged overlap forced.
-const KINDS: [&[&str]; 2] = [&["--overlap"], &["--overlap", "--overlap-kind", "staged"]];
+pub(crate) const KINDS: [&[&str]; 2] = [&["--overlap"], &["--overlap", "--overlap-kind", "staged"]];
 
 /// Runs `cfg`, asserts it equals the resident run with the same batches (computed once per
 /// batching, kept in `residents`), and returns its stdout.
-fn identical(
+pub(crate) fn identical(
     m: &std::path::Path,
     cfg: &[&str],
     residents: &mut std::collections::HashMap<Vec<String>, Vec<(String, String)>>,
 ) -> String {
-    let (streamed, stdout, stderr) = trace_full(m, cfg);
+    identical_env(m, cfg, &[], residents)
+}
+
+/// [`identical`] with the environment variables `env` set on the streamed run.
+pub(crate) fn identical_env(
+    m: &std::path::Path,
+    cfg: &[&str],
+    env: &[(&str, &str)],
+    residents: &mut std::collections::HashMap<Vec<String>, Vec<(String, String)>>,
+) -> String {
+    let (streamed, stdout, stderr) = crate::gates::trace_full_env(m, cfg, env);
     let args = crate::gates::resident_args(cfg, &stderr);
     let resident = residents.entry(args.clone()).or_insert_with(|| {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -275,23 +285,27 @@ fn overlap_prefetch_1_and_2_match_resident_across_caches_lanes_and_kinds() {
 
 /// The speculation's counts a run printed under `BMOE_TEST_SPEC_COUNTS=1`:
 /// (queued, cancelled, adopted, completed).
-fn spec_counts(stderr: &str) -> (u64, u64, u64, u64) {
+pub(crate) fn spec_counts(stderr: &str) -> (u64, u64, u64, u64) {
+    let [q, c, a, d] = test_counts(
+        stderr,
+        "bmoe: test: speculation ",
+        ["queued", "cancelled", "adopted", "completed"],
+    );
+    (q, c, a, d)
+}
+
+/// The `key=value` counts of the first stderr line starting with `prefix`, in `keys` order.
+pub(crate) fn test_counts<const N: usize>(stderr: &str, prefix: &str, keys: [&str; N]) -> [u64; N] {
     let line = stderr
         .lines()
-        .find_map(|l| l.strip_prefix("bmoe: test: speculation "))
-        .unwrap_or_else(|| panic!("no speculation counts:\n{stderr}"));
-    let get = |key: &str| -> u64 {
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line:\n{stderr}"));
+    keys.map(|key| {
         line.split_whitespace()
             .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {key} in {line}"))
-    };
-    (
-        get("queued"),
-        get("cancelled"),
-        get("adopted"),
-        get("completed"),
-    )
+    })
 }
 
 /// Runs like [`crate::gates::run`] with the speculation test knobs set: every speculative read

@@ -594,6 +594,38 @@ impl AsyncLanes {
         self.wait_spec(true);
     }
 
+    /// Route-ahead's adopt mode: moves `layer`'s queued units to the queue's front (the rest
+    /// keep their order), reads them on the calling thread as the lane after the last while
+    /// idle lanes take them from the front too, then waits until no unit is in flight. Returns
+    /// how many of `layer`'s units the queue held.
+    pub fn adopt_spec(&self, layer: usize) -> usize {
+        let n = {
+            let mut st = lock(&self.shared.state);
+            let (mut mine, rest): (VecDeque<SpecUnit>, VecDeque<SpecUnit>) =
+                st.spec.drain(..).partition(|u| u.layer == layer);
+            let n = mine.len();
+            mine.extend(rest);
+            st.spec = mine;
+            n
+        };
+        let me = self.workers.len();
+        loop {
+            let unit = {
+                let mut st = lock(&self.shared.state);
+                if st.spec.front().is_some_and(|u| u.layer == layer) {
+                    st.spec_in_flight += 1;
+                    st.spec.pop_front()
+                } else {
+                    None
+                }
+            };
+            let Some(u) = unit else { break };
+            self.shared.run_spec(u, me);
+        }
+        self.wait_spec(false);
+        n
+    }
+
     /// Waits until no speculative unit is being read (and, with `queued`, none waits either).
     pub fn wait_spec(&self, queued: bool) {
         let busy = || {

@@ -349,6 +349,13 @@ impl Overlap {
         self.lanes.take_spec_done()
     }
 
+    /// Route-ahead's adopt mode: completes `layer`'s queued speculative units (moved to the
+    /// queue's front; the calling thread reads alongside the lanes) and waits for every unit in
+    /// flight. Returns how many of `layer`'s units it completed. Nothing is cancelled.
+    pub fn adopt_spec(&self, layer: usize) -> usize {
+        self.lanes.adopt_spec(layer)
+    }
+
     /// Waits for the speculative units being read (`queued`: and the queued ones). Under the
     /// staged overlap the eval thread's wait counts as stall, as its group waits do.
     pub fn wait_spec(&mut self, queued: bool) {
