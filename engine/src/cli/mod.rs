@@ -160,7 +160,7 @@ impl Cli {
             device::check(name)?;
         }
         let s = &self.session;
-        Ok(RunConfig {
+        let cfg = RunConfig {
             model: shape.model,
             prompt,
             n_predict: shape.n_predict,
@@ -196,7 +196,12 @@ impl Cli {
                 .decide_state_max_mib
                 .unwrap_or(session::DEFAULT_DECIDE_STATE_MAX_MIB),
             terminal: false,
-        })
+            prefill_device: self.prefill_device.clone(),
+        };
+        if cfg.prefill_device.is_some() {
+            device::check_combination(&cfg)?;
+        }
+        Ok(cfg)
     }
 
     /// Flags the command line gave whose (valid) values have no effect in this run, one warning

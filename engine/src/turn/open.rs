@@ -44,6 +44,7 @@ impl<'m> Engine<'m> {
             n_batch: cfg.n_batch,
             n_ubatch: cfg.n_ubatch,
             n_threads: cfg.threads as i32,
+            device_offload: cfg.prefill_device.is_some(),
         };
         let mut ctx =
             Context::new(model, opts, hook, Arc::clone(&abort)).map_err(EngineError::Context)?;

@@ -50,6 +50,7 @@ fn context(model: &Model, n_ctx: u32, abort: Arc<AtomicBool>) -> Context<'_, Moe
         n_batch: n_ctx,
         n_ubatch: n_ctx,
         n_threads: 2,
+        device_offload: false,
     };
     Context::new(model, opts, None, abort).expect("context")
 }
@@ -321,6 +322,7 @@ fn a_split_prefill_decodes_what_a_resident_ubatch_run_does() {
         n_batch: 512,
         n_ubatch: 2,
         n_threads: 2,
+        device_offload: false,
     };
     let mut narrow: Context<'_, MoeHook> =
         Context::new(&model, opts, None, Arc::new(AtomicBool::new(false))).expect("context");

@@ -148,6 +148,7 @@ fn the_head_drafts_from_the_targets_hidden_states_and_its_kv_trims() {
         n_batch: 128,
         n_ubatch: 128,
         n_threads: 2,
+        device_offload: false,
     };
     let mut tgt: Context<'_, MoeHook> =
         Context::new(&m, copts, None, Arc::new(AtomicBool::new(false))).unwrap();
