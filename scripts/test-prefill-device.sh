@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Opt-in check of the `prefill-device` feature (issue #22): installs the Vulkan packages
-# (lavapipe: a Vulkan device on any machine), builds bmoe-engine with llama.cpp's Vulkan backend
-# and runs the device tests. Not part of .ci/run: the Vulkan build of llama.cpp is slow.
+# Opt-in check of the `prefill-device` feature (issue #22): installs the Vulkan packages and the
+# project-local Vulkan headers (lavapipe: a Vulkan device on any machine), builds bmoe-engine with
+# llama.cpp's Vulkan backend in a target dir of its own (<target>/prefill-device) and runs the
+# device tests. Not part of .ci/run: see docs/engine.md for its cost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh --prefill-device
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/prefill-device"
-nice -n 10 cargo test -p bmoe-engine --features prefill-device --lib cli::device
-nice -n 10 cargo test -p bmoe-engine --features prefill-device --test it devices::
+# shellcheck source=scripts/prefill-device-env.sh
+source scripts/prefill-device-env.sh
+NICE="${BMOE_NICE:-10}"
+nice -n "$NICE" cargo test -p bmoe-engine --features prefill-device --lib cli::device
+nice -n "$NICE" cargo test -p bmoe-engine --features prefill-device --test it devices::
+nice -n "$NICE" cargo test -p bmoe-engine --features prefill-device --test it prefill_device::
 # the build must see the Vulkan device, and `--list-devices` must show it
-nice -n 10 cargo build -p bmoe-engine --features prefill-device --bin bmoe-cli
+nice -n "$NICE" cargo build -p bmoe-engine --features prefill-device --bin bmoe-cli
 listing="$("$CARGO_TARGET_DIR/debug/bmoe-cli" --list-devices)"
 echo "$listing"
 if ! grep -q '^Vulkan' <<<"$listing"; then

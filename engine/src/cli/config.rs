@@ -81,4 +81,6 @@ pub struct RunConfig {
     /// stdout is a terminal: a one-shot run shows the answer's control characters instead of
     /// sending them (not a flag: found at start-up; piped output stays byte for byte).
     pub terminal: bool,
+    /// `--prefill-device NAME`: the ggml device large (prompt) batches run on (checked).
+    pub prefill_device: Option<String>,
 }

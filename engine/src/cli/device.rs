@@ -1,7 +1,7 @@
 //! `--list-devices` and `--prefill-device NAME` (issue #22): the prompt's graph on a ggml
 //! backend device (Vulkan, tested on Mesa's lavapipe), the decode on the CPU.
 
-use super::ConfigError;
+use super::{ConfigError, RunConfig};
 use crate::ffi::{BackendDevice, backend_devices};
 
 /// Whether this binary was built with llama.cpp's Vulkan backend.
@@ -14,11 +14,47 @@ const BUILD_HINT: &str = "install the Vulkan packages with `scripts/install-deps
 /// Checks `--prefill-device NAME` against the devices this build and machine offer.
 ///
 /// # Errors
-/// A build without the `prefill-device` feature, a name no offloadable device has, and (for
-/// now) any valid device: the offload itself is not built yet, so running would silently be a
-/// CPU prefill.
+/// A build without the `prefill-device` feature, or a name no offloadable device has.
 pub(super) fn check(name: &str) -> Result<(), ConfigError> {
     check_against(name, &backend_devices(), BUILT_WITH_DEVICE)
+}
+
+/// Refuses what `--prefill-device` has not been verified with: each of these reads or edits
+/// graph state at a point the device split has already passed (the staged overlap waits at the
+/// projection nodes, after ggml copied their experts; the routing edits and predictors rewrite
+/// or read routing the device holds), or runs its own decodes (`--decide`, `--row-stream`), or
+/// has not been compared across backends (drafting's verify decodes).
+///
+/// # Errors
+/// The first such flag the run has, by name.
+pub(super) fn check_combination(cfg: &RunConfig) -> Result<(), ConfigError> {
+    let overlap = cfg.stream.as_ref().is_some_and(|s| s.overlap.is_some());
+    let prefetch = cfg.stream.as_ref().is_some_and(|s| s.prefetch > 0);
+    let refused = [
+        (overlap, "--overlap"),
+        (prefetch, "--prefetch"),
+        (
+            cfg.routing.any(),
+            "--drop-cold-experts / --expert-substitute / --route-replay",
+        ),
+        (
+            cfg.predict.any(),
+            "--predict-log / --predict-prefetch / --route-ahead",
+        ),
+        (cfg.decide, "--decide"),
+        (cfg.row_stream.is_some(), "--row-stream"),
+        // a verify decode's logits for every position have not been compared across backends
+        (cfg.spec.name() != "off", "--ngram / --mtp"),
+    ];
+    match refused.into_iter().find(|r| r.0) {
+        Some((_, flag)) => Err(ConfigError::new(
+            "--prefill-device",
+            format!("--prefill-device cannot be combined with {flag} yet"),
+            "the device prefill is verified with serial --moe-stream loads and resident runs; \
+             drop one of the two",
+        )),
+        None => Ok(()),
+    }
 }
 
 fn check_against(name: &str, devices: &[BackendDevice], built: bool) -> Result<(), ConfigError> {
@@ -51,14 +87,7 @@ fn check_against(name: &str, devices: &[BackendDevice], built: bool) -> Result<(
              on a machine without a GPU, `scripts/install-deps.sh --prefill-device` installs lavapipe",
         ));
     }
-    Err(ConfigError::new(
-        FLAG,
-        format!(
-            "--prefill-device {name}: the device exists, but offloading the prompt's graph is not \
-             built yet (issue #22)"
-        ),
-        "run without --prefill-device (the CPU prefill gives the same text)",
-    ))
+    Ok(())
 }
 
 #[cfg(test)]

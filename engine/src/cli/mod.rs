@@ -166,9 +166,18 @@ impl Cli {
         self.check_prerequisites(stream.is_some(), poison.is_some())?;
         if let Some(name) = &self.prefill_device {
             device::check(name)?;
+            if self.auto() {
+                // --auto arms --overlap, which the device split does not support yet
+                return Err(ConfigError::new(
+                    "--prefill-device",
+                    "--prefill-device cannot be combined with --auto yet",
+                    "give the streaming flags by hand (--moe-stream --cache-mb auto) with \
+                     --prefill-device",
+                ));
+            }
         }
         let s = &self.session;
-        Ok(RunConfig {
+        let cfg = RunConfig {
             model: shape.model,
             prompt,
             n_predict: shape.n_predict,
@@ -204,7 +213,12 @@ impl Cli {
                 .decide_state_max_mib
                 .unwrap_or(session::DEFAULT_DECIDE_STATE_MAX_MIB),
             terminal: false,
-        })
+            prefill_device: self.prefill_device.clone(),
+        };
+        if cfg.prefill_device.is_some() {
+            device::check_combination(&cfg)?;
+        }
+        Ok(cfg)
     }
 
     /// Flags the command line gave whose (valid) values have no effect in this run, one warning

@@ -96,19 +96,20 @@ impl<'a> Node<'a> {
             usize::try_from(t.ne[1]).ok()?,
         );
         let mut out = Vec::with_capacity(k * n);
-        let base = t.data as *const u8;
-        for j in 0..n {
-            for i in 0..k {
-                // SAFETY: the node was just computed into host memory (CPU backend); (i, j) is
-                // within ne, so the strided offset is inside the tensor's (view) extent.
-                let v = unsafe {
-                    base.add(i * t.nb[0] + j * t.nb[1])
-                        .cast::<i32>()
-                        .read_unaligned()
-                };
-                out.push(v);
+        with_host_bytes(t, |base| {
+            for j in 0..n {
+                for i in 0..k {
+                    // SAFETY: base holds the node's computed extent (see with_host_bytes); (i,
+                    // j) is within ne, so the strided offset is inside the (view) extent.
+                    let v = unsafe {
+                        base.add(i * t.nb[0] + j * t.nb[1])
+                            .cast::<i32>()
+                            .read_unaligned()
+                    };
+                    out.push(v);
+                }
             }
-        }
+        });
         Some(out)
     }
 }
@@ -130,19 +131,20 @@ impl Node<'_> {
         if k * n != ids.len() {
             return false;
         }
-        let base = t.data.cast::<u8>();
-        for j in 0..n {
-            for i in 0..k {
-                // SAFETY: the node was just computed into host memory (CPU backend) and is not
-                // read by any other thread while the eval callback runs; (i, j) is within ne,
-                // so the strided offset is inside the tensor's (view) extent.
-                unsafe {
-                    base.add(i * t.nb[0] + j * t.nb[1])
-                        .cast::<i32>()
-                        .write_unaligned(ids[j * k + i]);
+        with_host_bytes_mut(t, |base| {
+            for j in 0..n {
+                for i in 0..k {
+                    // SAFETY: base holds the node's computed extent (see with_host_bytes_mut),
+                    // read by no other thread while the eval callback runs; (i, j) is within
+                    // ne, so the strided offset is inside the tensor's (view) extent.
+                    unsafe {
+                        base.add(i * t.nb[0] + j * t.nb[1])
+                            .cast::<i32>()
+                            .write_unaligned(ids[j * k + i]);
+                    }
                 }
             }
-        }
+        });
         true
     }
 
@@ -163,20 +165,21 @@ impl Node<'_> {
             usize::try_from(src.ne[0]).ok()?,
             usize::try_from(src.ne[1]).ok()?,
         );
-        let base = src.data as *const u8;
         let mut out = Vec::with_capacity(e * n);
-        for j in 0..n {
-            for i in 0..e {
-                // SAFETY: the argsort was computed before its view (host memory, CPU backend);
-                // (i, j) is within its ne.
-                let v = unsafe {
-                    base.add(i * src.nb[0] + j * src.nb[1])
-                        .cast::<i32>()
-                        .read_unaligned()
-                };
-                out.push(v);
+        with_host_bytes(src, |base| {
+            for j in 0..n {
+                for i in 0..e {
+                    // SAFETY: the argsort was computed before its view and base holds its
+                    // extent (see with_host_bytes); (i, j) is within its ne.
+                    let v = unsafe {
+                        base.add(i * src.nb[0] + j * src.nb[1])
+                            .cast::<i32>()
+                            .read_unaligned()
+                    };
+                    out.push(v);
+                }
             }
-        }
+        });
         Some((e, out))
     }
 
@@ -208,19 +211,20 @@ impl Node<'_> {
         if k * n != v.len() {
             return false;
         }
-        let base = t.data.cast::<u8>();
-        for j in 0..n {
-            for i in 0..k {
-                // SAFETY: the node was just computed into host memory (CPU backend) and its
-                // consumers have not run yet; (i, j) is within ne, so the strided offset is
-                // inside the tensor's extent.
-                unsafe {
-                    base.add(i * sk + j * sn)
-                        .cast::<f32>()
-                        .write_unaligned(v[j * k + i]);
+        with_host_bytes_mut(t, |base| {
+            for j in 0..n {
+                for i in 0..k {
+                    // SAFETY: base holds the node's computed extent (see with_host_bytes_mut)
+                    // and its consumers have not run yet; (i, j) is within ne, so the strided
+                    // offset is inside the tensor's extent.
+                    unsafe {
+                        base.add(i * sk + j * sn)
+                            .cast::<f32>()
+                            .write_unaligned(v[j * k + i]);
+                    }
                 }
             }
-        }
+        });
         true
     }
 
@@ -237,16 +241,17 @@ impl Node<'_> {
     pub fn f32_values(&self) -> Option<Vec<f32>> {
         let t = self.t;
         let (k, n, sk, sn) = f32_layout(t)?;
-        let base = t.data as *const u8;
         let mut out = Vec::with_capacity(k * n);
-        for j in 0..n {
-            for i in 0..k {
-                // SAFETY: the node was just computed into host memory (CPU backend); (i, j) is
-                // within ne, so the strided offset is inside the tensor's extent.
-                let v = unsafe { base.add(i * sk + j * sn).cast::<f32>().read_unaligned() };
-                out.push(v);
+        with_host_bytes(t, |base| {
+            for j in 0..n {
+                for i in 0..k {
+                    // SAFETY: base holds the node's computed extent (see with_host_bytes); (i,
+                    // j) is within ne, so the strided offset is inside the tensor's extent.
+                    let v = unsafe { base.add(i * sk + j * sn).cast::<f32>().read_unaligned() };
+                    out.push(v);
+                }
             }
-        }
+        });
         Some(out)
     }
 }
@@ -283,6 +288,22 @@ pub struct WeightRef {
     pub expert_stride: usize,
 }
 
+/// What `cb_eval`'s user data points at: the engine's hook (if any) and the prefill device's
+/// node count, which needs the callback even on a run without a hook.
+pub(super) struct HookSlot<H> {
+    /// The engine's hook.
+    pub(super) hook: Option<H>,
+    /// Count nodes computed on a device (`--prefill-device`).
+    pub(super) count_device: bool,
+    /// Nodes whose output lay in a device buffer, cumulative over the context's decodes.
+    pub(super) device_nodes: u64,
+    /// Tokens of the graphs (ubatches) that had at least one such node, cumulative.
+    pub(super) device_tokens: u64,
+    /// The current graph's token count (its embedding lookup's `ne[1]`) while it is not
+    /// counted yet.
+    pub(super) graph_tokens: Option<u64>,
+}
+
 pub(super) unsafe extern "C" fn eval_trampoline<H: EvalHook>(
     t: *mut ll::ggml_tensor,
     ask: bool,
@@ -291,17 +312,104 @@ pub(super) unsafe extern "C" fn eval_trampoline<H: EvalHook>(
     if t.is_null() || ud.is_null() {
         return false;
     }
-    // SAFETY: ud is the Box<H> pointer installed by Context::new, alive until llama_free; the
-    // callback runs on the decoding thread while Context::decode holds &mut Context, so this is
-    // the only reference to the hook. t is a live graph node for the duration of the call.
-    let (hook, node) = unsafe { (&mut *(ud as *mut H), Node { t: &*t }) };
+    // SAFETY: ud is the Box<HookSlot<H>> pointer installed by Context::new, alive until
+    // llama_free; the callback runs on the decoding thread while Context::decode holds &mut
+    // Context, so this is the only reference to the slot. t is a live graph node for the call.
+    let (slot, node) = unsafe { (&mut *(ud as *mut HookSlot<H>), Node { t: &*t }) };
     if ask {
-        hook.wants(&node)
+        // ggml-backend-sched asks once for every node of a split right before the split's
+        // backend computes it: a device node counted here is one the device ran
+        if slot.count_device {
+            // every token graph opens with the embedding lookup (`token_embd.weight` rows,
+            // [n_embd, n_tokens]): the ubatch's token count
+            if let Some(n) = node.embedding_rows() {
+                slot.graph_tokens = Some(n);
+            }
+            if node.on_device() && node.computes() {
+                slot.device_nodes += 1;
+                slot.device_tokens += slot.graph_tokens.take().unwrap_or(0);
+            }
+        }
+        slot.hook.as_mut().is_some_and(|h| h.wants(&node))
     } else {
-        hook.observe(&node);
+        if let Some(h) = slot.hook.as_mut() {
+            h.observe(&node);
+        }
         // never cancel the rest of the split: a failure is reported through the abort flag,
         // which stops the graph instead of silently skipping nodes
         true
+    }
+}
+
+/// Whether `t`'s memory lies in a device buffer (not host-addressable).
+fn on_device(t: &ll::ggml_tensor) -> bool {
+    // SAFETY: a live tensor's buffer, when set, is a live backend buffer.
+    !t.buffer.is_null() && !unsafe { ll::ggml_backend_buffer_is_host(t.buffer) }
+}
+
+/// Runs `f` on a host address of `t`'s bytes: the tensor's own memory when it is host memory
+/// (the CPU backend, a weight), a copy of its whole extent (`ggml_nbytes`, strides included)
+/// when a prefill device computed it.
+fn with_host_bytes<R>(t: &ll::ggml_tensor, f: impl FnOnce(*const u8) -> R) -> R {
+    if !on_device(t) {
+        return f(t.data as *const u8);
+    }
+    // SAFETY: t is a live, computed tensor; ggml_nbytes is its extent and the get copies
+    // exactly that many bytes into the buffer sized for them (the backend synchronised before
+    // the eval callback).
+    let buf = unsafe {
+        let n = ll::ggml_nbytes(t);
+        let mut buf = vec![0u8; n];
+        ll::ggml_backend_tensor_get(t, buf.as_mut_ptr().cast(), 0, n);
+        buf
+    };
+    f(buf.as_ptr())
+}
+
+/// [`with_host_bytes`] for a write: on a device the edited copy is written back whole.
+fn with_host_bytes_mut<R>(t: &ll::ggml_tensor, f: impl FnOnce(*mut u8) -> R) -> R {
+    if !on_device(t) {
+        return f(t.data.cast::<u8>());
+    }
+    let ptr = std::ptr::from_ref(t).cast_mut();
+    // SAFETY: as in with_host_bytes; the set writes the same extent back into the tensor's
+    // device memory (ggml only reads the tensor struct), before any consumer of the node runs.
+    unsafe {
+        let n = ll::ggml_nbytes(t);
+        let mut buf = vec![0u8; n];
+        ll::ggml_backend_tensor_get(t, buf.as_mut_ptr().cast(), 0, n);
+        let r = f(buf.as_mut_ptr());
+        ll::ggml_backend_tensor_set(ptr, buf.as_ptr().cast(), 0, n);
+        r
+    }
+}
+
+impl Node<'_> {
+    /// Whether the node's output lies in a device buffer: a prefill device computed it.
+    pub fn on_device(&self) -> bool {
+        on_device(self.t)
+    }
+
+    /// The token count of a graph's embedding lookup node (`GET_ROWS` on `token_embd.weight`).
+    fn embedding_rows(&self) -> Option<u64> {
+        if self.t.op != ll::GGML_OP_GET_ROWS
+            || !self.sources().any(|s| s.name() == "token_embd.weight")
+        {
+            return None;
+        }
+        u64::try_from(self.t.ne[1]).ok()
+    }
+
+    /// Whether computing the node does any work (views, reshapes and permutes do none).
+    fn computes(&self) -> bool {
+        !matches!(
+            self.t.op,
+            ll::GGML_OP_NONE
+                | ll::GGML_OP_VIEW
+                | ll::GGML_OP_RESHAPE
+                | ll::GGML_OP_PERMUTE
+                | ll::GGML_OP_TRANSPOSE
+        )
     }
 }
 
@@ -318,20 +426,21 @@ impl Node<'_> {
             usize::try_from(t.ne[0]).ok()?,
             usize::try_from(t.ne[1]).ok()?,
         );
-        let base = t.data as *const u8;
         let mut out = Vec::with_capacity(k * n);
-        for j in 0..n {
-            for i in 0..k {
-                // SAFETY: a weight with data (or a computed node) in host memory; (i, j) is
-                // within ne, so the strided offset is inside the tensor's extent.
-                let v = unsafe {
-                    base.add(i * t.nb[0] + j * t.nb[1])
-                        .cast::<f32>()
-                        .read_unaligned()
-                };
-                out.push(v);
+        with_host_bytes(t, |base| {
+            for j in 0..n {
+                for i in 0..k {
+                    // SAFETY: base holds the weight's (or computed node's) extent (see
+                    // with_host_bytes); (i, j) is within ne, so the offset is inside it.
+                    let v = unsafe {
+                        base.add(i * t.nb[0] + j * t.nb[1])
+                            .cast::<f32>()
+                            .read_unaligned()
+                    };
+                    out.push(v);
+                }
             }
-        }
+        });
         Some((k, out))
     }
 
@@ -344,18 +453,19 @@ impl Node<'_> {
         }
         let k = usize::try_from(t.ne[0]).ok()?;
         let j = usize::try_from(t.ne[1]).ok()?.checked_sub(1)?;
-        let base = t.data as *const u8;
-        let out = (0..k)
-            .map(|i| {
-                // SAFETY: the node was just computed into host memory (CPU backend); (i, j) is
-                // within ne, so the strided offset is inside the tensor's extent.
-                unsafe {
-                    base.add(i * t.nb[0] + j * t.nb[1])
-                        .cast::<f32>()
-                        .read_unaligned()
-                }
-            })
-            .collect();
+        let out = with_host_bytes(t, |base| {
+            (0..k)
+                .map(|i| {
+                    // SAFETY: base holds the node's computed extent (see with_host_bytes); (i,
+                    // j) is within ne, so the strided offset is inside it.
+                    unsafe {
+                        base.add(i * t.nb[0] + j * t.nb[1])
+                            .cast::<f32>()
+                            .read_unaligned()
+                    }
+                })
+                .collect()
+        });
         Some(out)
     }
 }

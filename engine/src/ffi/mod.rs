@@ -6,8 +6,11 @@ pub mod firstload;
 mod graph;
 mod mtp;
 mod state;
+#[cfg(feature = "prefill-device")]
+mod vulkan;
 
 pub use devices::{BackendDevice, backend_devices, devices_listing};
+use graph::HookSlot;
 pub use graph::{EvalHook, Node, WeightRef};
 pub use mtp::MtpHead;
 pub use state::SeqState;
@@ -32,6 +35,9 @@ pub enum LlamaError {
     /// `llama_model_load_from_file` returned null.
     #[error("failed to load model: {}", .0.display())]
     ModelLoad(std::path::PathBuf),
+    /// No ggml backend device has this name.
+    #[error("no ggml backend device named {0}")]
+    NoDevice(String),
     /// `llama_init_from_model` returned null.
     #[error("failed to create context")]
     Context,
@@ -76,6 +82,8 @@ static BACKEND: Once = Once::new();
 /// reach stderr, the chatty info lines only when `BMOE_LLAMA_LOG=1`.
 pub fn init_backend() {
     BACKEND.call_once(|| {
+        #[cfg(feature = "prefill-device")]
+        vulkan::expose_cpu_devices();
         let verbose = std::env::var("BMOE_LLAMA_LOG").is_ok_and(|v| v == "1");
         // SAFETY: the callback is a plain function valid for the whole process; the user-data
         // pointer is unused. llama_backend_init has no preconditions and runs once (Once).
@@ -108,6 +116,9 @@ pub struct ModelOptions {
     pub expert_used_override: Option<(String, i64)>,
     /// Load the MTP (NextN) head blocks too (`load_mtp`); off, llama.cpp skips their tensors.
     pub load_mtp: bool,
+    /// `--prefill-device`: the ggml backend device (by name) the model's contexts may offload
+    /// large batches to. Its weights stay in host memory either way.
+    pub device: Option<String>,
 }
 
 /// A loaded model: mmap load mode, no lazy tensors, no repacked buffers, CPU only — so every
@@ -144,12 +155,29 @@ impl Model {
         mp.lazy_mode = ll::LLAMA_LAZY_MODE_OFF;
         mp.use_extra_bufts = false;
         mp.n_gpu_layers = 0;
+        // the model's devices are the prefill device or none: left NULL, llama.cpp would add
+        // every GPU of a Vulkan build, and keep the weights in that device's pinned host buffer
+        // instead of the file mapping streaming relies on (no_host keeps the plain CPU buffer)
+        let mut devices = Vec::with_capacity(2);
+        if let Some(name) = &opts.device {
+            let cname =
+                CString::new(name.as_str()).map_err(|_| LlamaError::NoDevice(name.clone()))?;
+            // SAFETY: cname is a valid C string; the registry is initialised (init_backend).
+            let dev = unsafe { ll::ggml_backend_dev_by_name(cname.as_ptr()) };
+            if dev.is_null() {
+                return Err(LlamaError::NoDevice(name.clone()));
+            }
+            devices.push(dev);
+        }
+        devices.push(std::ptr::null_mut());
+        mp.devices = devices.as_mut_ptr();
+        mp.no_host = true;
         mp.load_mtp = opts.load_mtp;
         if !overrides.is_empty() {
             mp.kv_overrides = overrides.as_ptr();
         }
         // SAFETY: cpath is a valid C string; mp is fully initialised; the override array (if
-        // any) is terminated and outlives the call.
+        // any) and the device list are terminated and outlive the call (llama.cpp copies both).
         let raw = unsafe { ll::llama_model_load_from_file(cpath.as_ptr(), mp) };
         let raw = NonNull::new(raw).ok_or_else(|| LlamaError::ModelLoad(path.to_path_buf()))?;
         Ok(Self {
@@ -284,6 +312,15 @@ impl Drop for Model {
     }
 }
 
+/// What a prefill device computed (cumulative counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceTally {
+    /// Graph nodes whose output landed in a device buffer (views and reshapes not counted).
+    pub nodes: u64,
+    /// Tokens of the ubatch graphs at least one such node belonged to.
+    pub tokens: u64,
+}
+
 /// Context options.
 #[derive(Debug, Clone, Copy)]
 pub struct ContextOptions {
@@ -298,6 +335,9 @@ pub struct ContextOptions {
     /// Recurrent-state snapshots kept for rollback (`n_rs_seq`): a hybrid model's KV can drop
     /// that many trailing positions (a verify decode's rejected drafts); 0 = none.
     pub n_rs_seq: u32,
+    /// `--prefill-device`: let ggml-backend-sched run large batches' ops on the model's device
+    /// (`op_offload`) and count the nodes it computes there.
+    pub device_offload: bool,
 }
 
 /// A handle that puts the context's compute threads to sleep until the next graph kicks them off.
@@ -334,7 +374,7 @@ pub enum DecodeError {
 pub struct Context<'m, H: EvalHook> {
     raw: NonNull<ll::llama_context>,
     threadpool: NonNull<ll::ggml_threadpool>,
-    hook: Option<NonNull<H>>,
+    slot: NonNull<HookSlot<H>>,
     abort: Arc<AtomicBool>,
     model: &'m Model,
     /// The MTP head ([`Context::attach_mtp`]): shares the hook, the pool and the abort flag, so
@@ -351,10 +391,16 @@ impl<'m, H: EvalHook> Context<'m, H> {
         hook: Option<H>,
         abort: Arc<AtomicBool>,
     ) -> Result<Self, LlamaError> {
-        let hook = hook.map(|h| {
-            // SAFETY: Box::into_raw never returns null.
-            unsafe { NonNull::new_unchecked(Box::into_raw(Box::new(h))) }
+        let with_callback = hook.is_some() || opts.device_offload;
+        let slot = Box::new(HookSlot {
+            hook,
+            count_device: opts.device_offload,
+            device_nodes: 0,
+            device_tokens: 0,
+            graph_tokens: None,
         });
+        // SAFETY: Box::into_raw never returns null.
+        let slot = unsafe { NonNull::new_unchecked(Box::into_raw(slot)) };
         // SAFETY: returns a plain struct of defaults.
         let mut cp = unsafe { ll::llama_context_default_params() };
         cp.n_ctx = opts.n_ctx;
@@ -364,13 +410,12 @@ impl<'m, H: EvalHook> Context<'m, H> {
         cp.n_threads_batch = opts.n_threads;
         cp.n_rs_seq = opts.n_rs_seq;
         cp.no_perf = true;
-        // llama.cpp offloads large batches' ops on host weights to any device its build has
-        // (default true); a `prefill-device` build must not do so unasked, and the offload
-        // under `--prefill-device` is not built yet, so every context stays on the CPU.
-        cp.op_offload = false;
-        if let Some(h) = hook {
+        // llama.cpp offloads large batches' ops on host weights to the model's devices (default
+        // true): only `--prefill-device` asks for it (the model then has that one device).
+        cp.op_offload = opts.device_offload;
+        if with_callback {
             cp.cb_eval = Some(graph::eval_trampoline::<H>);
-            cp.cb_eval_user_data = h.as_ptr().cast();
+            cp.cb_eval_user_data = slot.as_ptr().cast();
         }
         cp.abort_callback = Some(abort_trampoline);
         cp.abort_callback_data = Arc::as_ptr(&abort).cast_mut().cast();
@@ -378,10 +423,8 @@ impl<'m, H: EvalHook> Context<'m, H> {
         // pointers stay valid until Drop, which frees the context first.
         let raw = unsafe { ll::llama_init_from_model(model.raw.as_ptr(), cp) };
         let Some(raw) = NonNull::new(raw) else {
-            if let Some(h) = hook {
-                // SAFETY: created by Box::into_raw above and not shared with llama.cpp.
-                drop(unsafe { Box::from_raw(h.as_ptr()) });
-            }
+            // SAFETY: created by Box::into_raw above and not shared with llama.cpp.
+            drop(unsafe { Box::from_raw(slot.as_ptr()) });
             return Err(LlamaError::Context);
         };
         // SAFETY: plain struct construction; n_threads > 0 is validated by the CLI.
@@ -391,10 +434,8 @@ impl<'m, H: EvalHook> Context<'m, H> {
         let Some(threadpool) = NonNull::new(tp) else {
             // SAFETY: raw is a live context not yet used.
             unsafe { ll::llama_free(raw.as_ptr()) };
-            if let Some(h) = hook {
-                // SAFETY: the context that referenced the hook is freed.
-                drop(unsafe { Box::from_raw(h.as_ptr()) });
-            }
+            // SAFETY: the context that referenced the slot is freed.
+            drop(unsafe { Box::from_raw(slot.as_ptr()) });
             return Err(LlamaError::Threadpool);
         };
         // SAFETY: both pointers are live; the threadpool outlives the context (freed after it).
@@ -404,7 +445,7 @@ impl<'m, H: EvalHook> Context<'m, H> {
         Ok(Self {
             raw,
             threadpool,
-            hook,
+            slot,
             abort,
             model,
             mtp: None,
@@ -427,7 +468,24 @@ impl<'m, H: EvalHook> Context<'m, H> {
     pub fn hook_mut(&mut self) -> Option<&mut H> {
         // SAFETY: the hook is only touched by llama.cpp inside `decode`, which takes &mut self,
         // so no other reference exists while this one lives.
-        self.hook.map(|h| unsafe { &mut *h.as_ptr() })
+        unsafe { (*self.slot.as_ptr()).hook.as_mut() }
+    }
+
+    /// Whether the context offloads large batches to a prefill device.
+    fn offloads(&self) -> bool {
+        // SAFETY: as in device_tally.
+        unsafe { (*self.slot.as_ptr()).count_device }
+    }
+
+    /// What a prefill device computed so far, over every decode of this context (zeros
+    /// without `device_offload`).
+    pub fn device_tally(&self) -> DeviceTally {
+        // SAFETY: the slot is only touched by llama.cpp inside `decode`, which takes &mut self.
+        let slot = unsafe { &*self.slot.as_ptr() };
+        DeviceTally {
+            nodes: slot.device_nodes,
+            tokens: slot.device_tokens,
+        }
     }
 
     /// Sets the compute threads of single-token decodes (`n_single`; at most the threadpool's
@@ -483,6 +541,9 @@ impl<'m, H: EvalHook> Context<'m, H> {
             h.after_decode();
         }
         match rc {
+            // a device backend never polls the abort callback: a read that failed while it
+            // computed leaves the flag raised on a decode that otherwise "succeeded"
+            0 if self.offloads() && self.abort.load(Ordering::SeqCst) => Err(DecodeError::Aborted),
             0 => Ok(()),
             2 => Err(DecodeError::Aborted),
             _ if self.abort.load(Ordering::SeqCst) => Err(DecodeError::Aborted),
@@ -553,9 +614,7 @@ impl<H: EvalHook> Drop for Context<'_, H> {
         unsafe {
             ll::llama_free(self.raw.as_ptr());
             ll::ggml_threadpool_free(self.threadpool.as_ptr());
-            if let Some(h) = self.hook {
-                drop(Box::from_raw(h.as_ptr()));
-            }
+            drop(Box::from_raw(self.slot.as_ptr()));
         }
     }
 }

@@ -67,7 +67,7 @@ pub struct MtpHead<'m> {
 /// A hook's end-of-decode step, reached through its type-erased pointer.
 type AfterDecode = unsafe fn(NonNull<c_void>);
 
-/// What the eval hooks of a head's context are: the target's hook pointer, its `cb_eval`
+/// What the eval hooks of a head's context are: the target's hook slot, its `cb_eval`
 /// trampoline and end-of-decode step, and the abort flag's callback data.
 struct Shared {
     hook: Option<NonNull<c_void>>,
@@ -78,10 +78,15 @@ struct Shared {
 }
 
 /// # Safety
-/// `h` must be a live, unaliased `H` (the target context's hook, between or inside its decodes).
-unsafe fn after_decode<H: EvalHook>(h: NonNull<c_void>) {
-    // SAFETY: the caller guarantees h is a live H no one else references during the call.
-    unsafe { (*h.cast::<H>().as_ptr()).after_decode() }
+/// `slot` must be a live, unaliased `HookSlot<H>` (the target context's, between or inside its
+/// decodes).
+unsafe fn after_decode<H: EvalHook>(slot: NonNull<c_void>) {
+    // SAFETY: the caller guarantees slot is a live HookSlot<H> no one else references during
+    // the call.
+    let slot = unsafe { &mut *slot.cast::<graph::HookSlot<H>>().as_ptr() };
+    if let Some(h) = slot.hook.as_mut() {
+        h.after_decode();
+    }
 }
 
 impl<'m> MtpHead<'m> {
@@ -249,7 +254,9 @@ impl<'m, H: EvalHook> Context<'m, H> {
     /// [`LlamaError::Context`] when llama.cpp refuses the MTP context (no head loaded).
     pub fn attach_mtp(&mut self, n_ctx: u32, n_threads: i32) -> Result<(), LlamaError> {
         let shared = Shared {
-            hook: self.hook.map(NonNull::cast),
+            // the trampoline reads the target's slot (its hook and device counters); a head
+            // only needs the callback when there is a hook to feed
+            hook: self.hook_mut().is_some().then(|| self.slot.cast()),
             eval: Some(graph::eval_trampoline::<H>),
             after: after_decode::<H>,
             abort: std::sync::Arc::as_ptr(&self.abort).cast_mut().cast(),

@@ -596,6 +596,7 @@ fn done_record(engine: &Engine<'_>, id: i64, g: &Generation, n_past: usize) -> D
     let io_tok = st.io_s / n;
     let mgmt_tok = s.mgmt_s() / n;
     let flash_tok = st.flash_wait_s() / n;
+    let dev = t.prefill_dev.unwrap_or_default();
     Done {
         id,
         cancelled: g.cancelled,
@@ -643,10 +644,10 @@ fn done_record(engine: &Engine<'_>, id: i64, g: &Generation, n_past: usize) -> D
         prefill_io_s: round_to(t.prefill_io_s, 3),
         prefill_stall_s: round_to(t.prefill_stall_s, 3),
         prefill_mgmt_s: round_to(t.prefill_mgmt_s, 3),
-        prefill_dev_tokens: 0,
-        prefill_dev_nodes: 0,
-        prefill_dev_read_mib: 0.0,
-        prefill_dev_stall_s: 0.0,
+        prefill_dev_tokens: dev.tokens,
+        prefill_dev_nodes: dev.nodes,
+        prefill_dev_read_mib: round_to(dev.read_bytes as f64 / MIB, 1),
+        prefill_dev_stall_s: round_to(dev.stall_s, 3),
         token_demand_mib: round_to(st.token_demand_bytes as f64 / MIB, 1),
         mtp_drafted: sp.drafted,
         mtp_accepted: sp.accepted,

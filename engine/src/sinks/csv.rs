@@ -74,6 +74,19 @@ pub fn token_row(t: &TokenStats, c: &RowContext) -> TokenRow {
     }
 }
 
+/// The prefill device's share of the prompt phase (telemetry.md's `prefill_dev_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PrefillDevice {
+    /// Prompt tokens whose graph ran on the device.
+    pub tokens: u64,
+    /// Graph nodes whose output landed in a device buffer.
+    pub nodes: u64,
+    /// Expert bytes read from flash for the decodes the device computed.
+    pub read_bytes: u64,
+    /// Wall time those decodes waited at a routing node for the reads, s.
+    pub stall_s: f64,
+}
+
 /// End-of-run figures the trailer needs beyond [`RunSummary`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TrailerContext {
@@ -93,6 +106,8 @@ pub struct TrailerContext {
     pub prefill_mgmt_s: f64,
     /// Overlap stall during the prefill, s.
     pub prefill_stall_s: f64,
+    /// `--prefill-device`: what the device prefill did (`None` without the flag).
+    pub prefill_dev: Option<PrefillDevice>,
     /// The turn was cancelled: the trailer appends `cancelled=1` (absent otherwise).
     pub cancelled: bool,
     /// A SIGINT stopped the turn: `interrupted=1` (written `0` otherwise, on every trailer).
@@ -187,6 +202,12 @@ pub fn trailer(s: &RunSummary, c: &TrailerContext) -> SummaryTrailer {
     t.push_f64("prefill_io_s", c.prefill_io_s, 3);
     t.push_f64("prefill_stall_s", c.prefill_stall_s, 3);
     t.push_f64("prefill_mgmt_s", c.prefill_mgmt_s, 3);
+    if let Some(d) = c.prefill_dev {
+        t.push("prefill_dev_tokens", d.tokens.to_string());
+        t.push("prefill_dev_nodes", d.nodes.to_string());
+        t.push_f64("prefill_dev_read_mib", mib(d.read_bytes), 1);
+        t.push_f64("prefill_dev_stall_s", d.stall_s, 3);
+    }
     if let Some(u) = c.cgroup_usage_bytes {
         t.push_f64("cgroup_usage_MiB", mib(u), 1);
     }
@@ -335,6 +356,10 @@ pub fn run_info(cfg: &crate::cli::RunConfig, r: &ResolvedRun) -> RunInfo {
                 Some((_, crate::graph::timing::Granularity::Node))
             ) {
                 m.insert("compute_trace", "1");
+            }
+            // large (prompt) batches ran on this ggml device: prefill figures are not the CPU's
+            if let Some(dev) = &cfg.prefill_device {
+                m.insert("prefill_device", dev.as_str());
             }
             // `threads` is then the maximum: tokens ran with it or fewer (stderr says how many)
             if cfg.adaptive_threads {

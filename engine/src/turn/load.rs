@@ -155,7 +155,10 @@ fn warn_plain_oversize(facts: &ModelFacts, note: &mut dyn Write) {
 
 /// llama.cpp's load options: the `--n-expert-used` override, checked against the model.
 fn model_options(cfg: &RunConfig, facts: &ModelFacts) -> Result<ModelOptions, EngineError> {
-    let mut opts = ModelOptions::default();
+    let mut opts = ModelOptions {
+        device: cfg.prefill_device.clone(),
+        ..ModelOptions::default()
+    };
     if matches!(cfg.spec, crate::cli::Spec::Mtp { .. }) {
         if facts.mtp_layers <= 0 {
             return Err(EngineError::NoMtpHead {

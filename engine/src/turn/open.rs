@@ -51,6 +51,7 @@ impl<'m> Engine<'m> {
                 0 => 0,
                 n => n + 1,
             },
+            device_offload: cfg.prefill_device.is_some(),
         };
         let mut ctx =
             Context::new(model, opts, hook, Arc::clone(&abort)).map_err(EngineError::Context)?;

@@ -7,9 +7,11 @@ use super::outputs::Outputs;
 use super::{Engine, Turn};
 use crate::error::EngineError;
 use crate::ffi::DecodeError;
+use crate::ffi::DeviceTally;
 use crate::graph::hook::MoeHook;
 use crate::graph::span::DecodeSpan;
-use crate::sinks::csv::TrailerContext;
+use crate::sinks::csv::{PrefillDevice, TrailerContext};
+use crate::stream::StreamStats;
 use crate::vm::process_sample;
 use std::io::Write;
 use std::time::Instant;
@@ -40,6 +42,11 @@ impl Engine<'_> {
         let pre_proc = process_sample();
         let t_prefill = Instant::now();
         let mut from = turn.n_reused;
+        let mut dev = self
+            .cfg
+            .prefill_device
+            .is_some()
+            .then(PrefillDevice::default);
         for to in cuts {
             // a one-shot Ctrl-C does not abort the decode in flight: it is seen between decodes
             if cancelled() {
@@ -53,9 +60,13 @@ impl Engine<'_> {
                 n_tokens: chunk.len(),
             };
             self.fetch_rows(&chunk, note)?;
+            let before = (self.ctx.device_tally(), self.stream_stats());
             Outputs::begin_decode(&mut self.ctx, span);
             let r = self.ctx.decode(&mut chunk);
             self.outputs.end_decode(&mut self.ctx, span, note);
+            if let Some(d) = dev.as_mut() {
+                self.charge_device(d, before);
+            }
             if let Err(e) = r {
                 let read_err = self.ctx.hook_mut().and_then(MoeHook::take_error);
                 if read_err.is_none() && e == DecodeError::Aborted && cancelled() {
@@ -80,7 +91,25 @@ impl Engine<'_> {
             trailer.prefill_mgmt_s = (b.mgmt_ns - a.mgmt_ns) as f64 / 1e9;
             trailer.prefill_stall_s = (b.stall_ns - a.stall_ns) as f64 / 1e9;
         }
+        trailer.prefill_dev = dev;
         Ok(Prefilled::Done { prefill_s, trailer })
+    }
+
+    /// Adds one prefill decode to the device's share when the device computed part of it: its
+    /// device nodes and tokens, and the decode's expert reads and the time it waited for them
+    /// (serial loads: the blocked read time; the device graph was held at the routing node).
+    fn charge_device(&mut self, d: &mut PrefillDevice, before: (DeviceTally, Option<StreamStats>)) {
+        let (t0, s0) = before;
+        let t1 = self.ctx.device_tally();
+        if t1.nodes == t0.nodes {
+            return;
+        }
+        d.nodes += t1.nodes - t0.nodes;
+        d.tokens += t1.tokens - t0.tokens;
+        if let (Some(a), Some(b)) = (s0, self.stream_stats()) {
+            d.read_bytes += b.read_bytes - a.read_bytes;
+            d.stall_s += ((b.io_ns - a.io_ns) + (b.stall_ns - a.stall_ns)) as f64 / 1e9;
+        }
     }
 
     /// Where the prefill's decodes end: one decode for the whole prompt (n_batch = n_ctx), cut

@@ -51,6 +51,7 @@ fn context(model: &Model, n_ctx: u32, abort: Arc<AtomicBool>) -> Context<'_, Moe
         n_ubatch: n_ctx,
         n_threads: 2,
         n_rs_seq: 0,
+        device_offload: false,
     };
     Context::new(model, opts, None, abort).expect("context")
 }
@@ -323,6 +324,7 @@ fn a_split_prefill_decodes_what_a_resident_ubatch_run_does() {
         n_ubatch: 2,
         n_threads: 2,
         n_rs_seq: 0,
+        device_offload: false,
     };
     let mut narrow: Context<'_, MoeHook> =
         Context::new(&model, opts, None, Arc::new(AtomicBool::new(false))).expect("context");

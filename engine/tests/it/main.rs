@@ -20,6 +20,8 @@ mod mtp;
 mod overlap;
 mod predict;
 mod prefetch;
+#[cfg(feature = "prefill-device")]
+mod prefill_device;
 mod reasoning;
 mod routing;
 mod row_stream;

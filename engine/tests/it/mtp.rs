@@ -212,6 +212,7 @@ fn the_head_drafts_from_the_targets_hidden_states_and_its_kv_trims() {
         n_ubatch: 128,
         n_threads: 2,
         n_rs_seq: 0,
+        device_offload: false,
     };
     let mut tgt: Context<'_, MoeHook> =
         Context::new(&m, copts, None, Arc::new(AtomicBool::new(false))).unwrap();
@@ -304,6 +305,7 @@ fn off_argmax(model: &Path, tokens: &[i32]) -> Vec<usize> {
         n_ubatch: 256,
         n_threads: 2,
         n_rs_seq: 0,
+        device_offload: false,
     };
     let mut ctx: Context<'_, MoeHook> =
         Context::new(&m, copts, None, Arc::new(AtomicBool::new(false))).unwrap();
