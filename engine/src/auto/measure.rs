@@ -2,7 +2,7 @@
 //! readers `--cache-mb auto` uses), whether userfaultfd opens, a short O_DIRECT read probe of
 //! the model file at its expert read size, and a `/proc/stat` sample of the cores' load.
 
-use super::{Facts, LaneProbe, LaneRate};
+use super::{Facts, LaneProbe, LaneRate, Unavailable};
 use crate::memory::autocache::measure as measure_memory;
 use crate::memory::picture::{MemorySnapshot, cgroup_memory};
 use crate::memory::residency::is_expert_tensor;
@@ -85,10 +85,9 @@ pub fn facts(facts: &ModelFacts, k: Option<u32>) -> Facts {
     };
     let streamable = match (recipe_for(&facts.arch), shape.total) {
         (Some(_), t) if t > 0 => Ok(()),
-        (Some(_), _) => Err("the model has no routed expert tensors to stream".to_string()),
-        (None, _) => Err(format!(
-            "this build does not stream the '{}' architecture (see --list-archs)",
-            facts.arch.escape_debug()
+        (Some(_), _) => Err(Unavailable::NoExperts),
+        (None, _) => Err(Unavailable::Architecture(
+            facts.arch.escape_debug().to_string(),
         )),
     };
     let busy_cores = busy_cores();
@@ -103,7 +102,7 @@ pub fn facts(facts: &ModelFacts, k: Option<u32>) -> Facts {
         streamable,
         uffd: crate::vm::uffd::Userfault::open()
             .map(drop)
-            .map_err(|e| e.to_string()),
+            .map_err(|e| Unavailable::Userfault(e.to_string())),
         probe: probe(&facts.index.shards, &shape.slices),
         cores: std::thread::available_parallelism().map_or(1, usize::from),
         busy_cores,
@@ -112,8 +111,15 @@ pub fn facts(facts: &ModelFacts, k: Option<u32>) -> Facts {
 
 /// The O_DIRECT read rate of each of [`PROBE_LANES`] at the largest expert slice's size, over
 /// pseudo-random expert slices of the model.
-fn probe(shards: &[std::path::PathBuf], slices: &[(usize, u64, u64)]) -> Result<LaneProbe, String> {
-    let largest = slices.iter().map(|s| s.2).max().ok_or("no expert slices")?;
+fn probe(
+    shards: &[std::path::PathBuf],
+    slices: &[(usize, u64, u64)],
+) -> Result<LaneProbe, Unavailable> {
+    let largest = slices
+        .iter()
+        .map(|s| s.2)
+        .max()
+        .ok_or(Unavailable::Probe("no expert slices"))?;
     let read_bytes = largest.div_ceil(DIRECT_ALIGN).max(1) * DIRECT_ALIGN;
     let files = shards
         .iter()
@@ -122,9 +128,12 @@ fn probe(shards: &[std::path::PathBuf], slices: &[(usize, u64, u64)]) -> Result<
                 .read(true)
                 .custom_flags(libc::O_DIRECT)
                 .open(p)
-                .map_err(|e| format!("O_DIRECT open of {} refused: {e}", p.display()))
+                .map_err(|e| Unavailable::DirectOpen {
+                    path: p.clone(),
+                    reason: e.to_string(),
+                })
         })
-        .collect::<Result<Vec<File>, String>>()?;
+        .collect::<Result<Vec<File>, Unavailable>>()?;
     let reads = (PROBE_BYTES / read_bytes).clamp(PROBE_READS.0, PROBE_READS.1);
     let mut rates: Vec<LaneRate> = Vec::new();
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -152,9 +161,9 @@ fn probe(shards: &[std::path::PathBuf], slices: &[(usize, u64, u64)]) -> Result<
                 .into_iter()
                 .map(|h| {
                     h.join()
-                        .unwrap_or(Err("a probe thread panicked".to_string()))
+                        .unwrap_or(Err(Unavailable::Probe("a probe thread panicked")))
                 })
-                .sum::<Result<u64, String>>()
+                .sum::<Result<u64, Unavailable>>()
         })?;
         let secs = t.elapsed().as_secs_f64();
         let mib_s = if secs > 0.0 {
@@ -177,17 +186,20 @@ fn read_all(
     at: &[(usize, u64)],
     len: usize,
     start: Instant,
-) -> Result<u64, String> {
-    let mut buf = AlignedBuf::zeroed(len).ok_or("no aligned buffer for the read probe")?;
+) -> Result<u64, Unavailable> {
+    let mut buf =
+        AlignedBuf::zeroed(len).ok_or(Unavailable::Probe("no aligned buffer for the read"))?;
     let mut total = 0u64;
     for &(shard, off) in at {
         if start.elapsed() > PROBE_TIME {
             break;
         }
-        let f = files.get(shard).ok_or("expert slice in an unknown shard")?;
+        let f = files
+            .get(shard)
+            .ok_or(Unavailable::Probe("an expert slice in an unknown shard"))?;
         let n = f
             .read_at(buf.as_mut_slice(), off)
-            .map_err(|e| format!("O_DIRECT read refused: {e}"))?;
+            .map_err(|e| Unavailable::DirectRead(e.to_string()))?;
         total += n as u64;
     }
     Ok(total)

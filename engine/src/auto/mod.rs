@@ -99,15 +99,44 @@ pub struct Facts {
     /// One layer's worst-case routed bytes.
     pub layer_load_bytes: u64,
     /// Whether this build streams the model's architecture (why not, when it does not).
-    pub streamable: Result<(), String>,
+    pub streamable: Result<(), Unavailable>,
     /// Whether userfaultfd can be opened (why not, when it cannot).
-    pub uffd: Result<(), String>,
+    pub uffd: Result<(), Unavailable>,
     /// The lane probe (why it did not run, when it did not).
-    pub probe: Result<LaneProbe, String>,
+    pub probe: Result<LaneProbe, Unavailable>,
     /// The cores this process may run on.
     pub cores: usize,
     /// Cores kept busy by other work during a short sample (`None` = not measured).
     pub busy_cores: Option<f64>,
+}
+
+/// Why a fact `--auto` decides from could not be had: said in the choice's note, and the
+/// choice falls back to its default.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// The model has no `*_exps.*` tensors.
+    #[error("the model has no routed expert tensors to stream")]
+    NoExperts,
+    /// The architecture has no streaming recipe in this build.
+    #[error("this build does not stream the '{0}' architecture (see --list-archs)")]
+    Architecture(String),
+    /// The kernel refused userfaultfd (the refusal's text, which names the step).
+    #[error("{0}")]
+    Userfault(String),
+    /// A model file refused an O_DIRECT open.
+    #[error("O_DIRECT open refused for {path}: {reason}")]
+    DirectOpen {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error's text.
+        reason: String,
+    },
+    /// An O_DIRECT read of the probe failed (the OS error's text).
+    #[error("O_DIRECT read refused: {0}")]
+    DirectRead(String),
+    /// The probe had no slice to read, no buffer, or lost a thread.
+    #[error("the read probe could not run: {0}")]
+    Probe(&'static str),
 }
 
 /// Which setting a note is about (so a flag the user gave can replace it).
@@ -185,49 +214,8 @@ pub fn decide(f: &Facts) -> Choice {
         })
     };
     let usable = usable(f);
-    let model = mib(f.model_bytes);
-    let stream = match (&f.streamable, usable) {
-        (Err(why), _) => {
-            note(
-                Setting::Streaming,
-                Source::Measured,
-                format!("streaming off — {why}"),
-            );
-            false
-        }
-        (Ok(()), None) => {
-            note(
-                Setting::Streaming,
-                Source::Assumed,
-                format!(
-                    "streaming off — the usable memory could not be read, so the model ({model} MiB) is taken to fit"
-                ),
-            );
-            false
-        }
-        (Ok(()), Some((u, src))) if f.model_bytes > u => {
-            note(
-                Setting::Streaming,
-                Source::Measured,
-                format!(
-                    "streaming on — the model ({model} MiB) is larger than the memory this run can use ({} MiB, {src})",
-                    mib(u)
-                ),
-            );
-            true
-        }
-        (Ok(()), Some((u, src))) => {
-            note(
-                Setting::Streaming,
-                Source::Measured,
-                format!(
-                    "streaming off — the model ({model} MiB) fits the memory this run can use ({} MiB, {src}): plain mmap keeps it resident",
-                    mib(u)
-                ),
-            );
-            false
-        }
-    };
+    let (stream, source, why) = streaming(f, usable);
+    note(Setting::Streaming, source, why);
     let cache = size_budget(&AutoInputs {
         mem_available: f.mem_available,
         cgroup_headroom: f.cgroup_headroom,
@@ -258,20 +246,7 @@ pub fn decide(f: &Facts) -> Choice {
         format!("dense {} — {why}", dense.as_str()),
     );
     let holds_cycle = !cache.below_cycle && cache.budget_mb > 0;
-    let (overlap_staged, source, why) = match (&f.uffd, holds_cycle) {
-        (Err(why), _) => (true, Source::Measured, why.clone()),
-        (Ok(()), false) => (
-            true,
-            Source::Measured,
-            "the cache cannot hold one token cycle, where staged waits cost less than page faults"
-                .to_string(),
-        ),
-        (Ok(()), true) => (
-            false,
-            Source::Measured,
-            "userfaultfd is available and the cache holds a token cycle".to_string(),
-        ),
-    };
+    let (overlap_staged, source, why) = overlap_kind(f, holds_cycle);
     note(
         Setting::Overlap,
         source,
@@ -308,6 +283,56 @@ pub fn decide(f: &Facts) -> Choice {
         threads,
         adaptive_threads,
         notes,
+    }
+}
+
+/// Streaming on when the model is larger than the usable memory and this build streams it.
+fn streaming(f: &Facts, usable: Option<(u64, &str)>) -> (bool, Source, String) {
+    let model = mib(f.model_bytes);
+    match (&f.streamable, usable) {
+        (Err(why), _) => (false, Source::Measured, format!("streaming off — {why}")),
+        (Ok(()), None) => (
+            false,
+            Source::Assumed,
+            format!(
+                "streaming off — the usable memory could not be read, so the model ({model} MiB) is taken to fit"
+            ),
+        ),
+        (Ok(()), Some((u, src))) if f.model_bytes > u => (
+            true,
+            Source::Measured,
+            format!(
+                "streaming on — the model ({model} MiB) is larger than the memory this run can use ({} MiB, {src})",
+                mib(u)
+            ),
+        ),
+        (Ok(()), Some((u, src))) => (
+            false,
+            Source::Measured,
+            format!(
+                "streaming off — the model ({model} MiB) fits the memory this run can use ({} MiB, {src}): plain mmap keeps it resident",
+                mib(u)
+            ),
+        ),
+    }
+}
+
+/// Userfaultfd waits when it opens and the cache holds a token cycle; staged waits otherwise.
+/// Returns whether the overlap is staged.
+fn overlap_kind(f: &Facts, holds_cycle: bool) -> (bool, Source, String) {
+    match (&f.uffd, holds_cycle) {
+        (Err(why), _) => (true, Source::Measured, why.to_string()),
+        (Ok(()), false) => (
+            true,
+            Source::Measured,
+            "the cache cannot hold one token cycle, where staged waits cost less than page faults"
+                .to_string(),
+        ),
+        (Ok(()), true) => (
+            false,
+            Source::Measured,
+            "userfaultfd is available and the cache holds a token cycle".to_string(),
+        ),
     }
 }
 
@@ -350,7 +375,7 @@ fn dense_policy(f: &Facts, usable: Option<u64>) -> (DenseWeights, Source, String
 }
 
 /// The fewest lanes within [`LANE_SHARE`] of the best probed rate.
-fn lanes(probe: &Result<LaneProbe, String>) -> (usize, Source, String) {
+fn lanes(probe: &Result<LaneProbe, Unavailable>) -> (usize, Source, String) {
     let p = match probe {
         Ok(p) if p.rates.iter().any(|r| r.mib_s > 0.0) => p,
         Ok(_) => {

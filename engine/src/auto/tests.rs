@@ -90,7 +90,7 @@ fn unknown_memory_or_an_unstreamable_model_stays_plain() {
     assert_eq!(note(&unknown, Setting::Cache).source, Source::Assumed);
     assert_eq!(unknown.dense, DenseWeights::Mmap);
     let no_recipe = decide(&Facts {
-        streamable: Err("this build does not stream the 'llama' architecture".into()),
+        streamable: Err(Unavailable::Architecture("llama".into())),
         ..qwen3(GIB)
     });
     assert!(!no_recipe.stream, "oversize but not streamable");
@@ -121,7 +121,9 @@ fn overlap_uses_userfaultfd_when_it_opens_and_the_cache_holds_a_cycle() {
     let c = decide(&qwen3(8 * GIB));
     assert!(!c.overlap_staged);
     let refused = decide(&Facts {
-        uffd: Err("userfaultfd is not available (EPERM)".into()),
+        uffd: Err(Unavailable::Userfault(
+            "userfaultfd is not available (EPERM)".into(),
+        )),
         ..qwen3(8 * GIB)
     });
     assert!(refused.overlap_staged);
@@ -168,7 +170,10 @@ fn lanes_stay_at_the_default_unless_the_probe_clearly_beats_it() {
         (DEFAULT_LANES, Source::Assumed)
     );
     let refused = decide(&Facts {
-        probe: Err("O_DIRECT open refused".into()),
+        probe: Err(Unavailable::DirectOpen {
+            path: "m.gguf".into(),
+            reason: "Invalid argument (os error 22)".into(),
+        }),
         ..qwen3(8 * GIB)
     });
     assert_eq!(refused.io_threads, DEFAULT_LANES);

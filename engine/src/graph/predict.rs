@@ -197,19 +197,6 @@ impl Gates {
     }
 }
 
-/// The `depth` best ids of `scores`, best first, ties to the lower id.
-pub fn top_ids(scores: &[f32], depth: usize) -> Vec<i32> {
-    let mut idx: Vec<usize> = (0..scores.len()).collect();
-    let cmp = |a: &usize, b: &usize| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b));
-    let d = depth.min(idx.len());
-    if d > 0 && d < idx.len() {
-        idx.select_nth_unstable_by(d - 1, cmp);
-        idx.truncate(d);
-    }
-    idx.sort_by(cmp);
-    idx.into_iter().map(|i| i as i32).collect()
-}
-
 /// The sampled fresh-gate check that disarms `--predict-prefetch` when the ranking here stops
 /// reproducing the router's.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -550,13 +537,6 @@ impl Predictor {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn top_ids_rank_best_first_with_ties_to_the_lower_id() {
-        assert_eq!(top_ids(&[0.1, 0.9, 0.5, 0.9], 3), vec![1, 3, 2]);
-        assert_eq!(top_ids(&[1.0, 2.0], 8), vec![1, 0]);
-        assert_eq!(top_ids(&[], 2), Vec::<i32>::new());
-    }
 
     #[test]
     fn score_counts_slots_and_whole_routings() {

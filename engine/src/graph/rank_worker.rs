@@ -194,12 +194,32 @@ pub fn rank(n_embd: usize, router: &[f32], x: &[f32], depth: usize) -> Vec<i32> 
         .chunks_exact(n_embd)
         .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
         .collect();
-    super::predict::top_ids(&scores, depth)
+    top_ids(&scores, depth)
+}
+
+/// The `depth` best ids of `scores`, best first, ties to the lower id.
+pub fn top_ids(scores: &[f32], depth: usize) -> Vec<i32> {
+    let mut idx: Vec<usize> = (0..scores.len()).collect();
+    let cmp = |a: &usize, b: &usize| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b));
+    let d = depth.min(idx.len());
+    if d > 0 && d < idx.len() {
+        idx.select_nth_unstable_by(d - 1, cmp);
+        idx.truncate(d);
+    }
+    idx.sort_by(cmp);
+    idx.into_iter().map(|i| i as i32).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_ids_rank_best_first_with_ties_to_the_lower_id() {
+        assert_eq!(top_ids(&[0.1, 0.9, 0.5, 0.9], 3), vec![1, 3, 2]);
+        assert_eq!(top_ids(&[1.0, 2.0], 8), vec![1, 0]);
+        assert_eq!(top_ids(&[], 2), Vec::<i32>::new());
+    }
 
     #[test]
     fn rankings_come_back_for_their_epoch_and_a_stale_one_is_dropped() {
