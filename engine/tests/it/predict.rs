@@ -4,7 +4,9 @@
 //! naming the flag; the CSV preamble records what ran.
 
 use crate::gates::{assert_identical, run, trace_full, trace_full_env};
-use crate::prefetch::{KINDS, identical_env, spec_counts, test_counts};
+use crate::prefetch::{
+    KINDS, SPEC_COUNTS, checked_read_ahead, identical_env, spec_counts, test_counts,
+};
 
 /// The stale gate's rankings collected even when the worker is slower than a tiny layer.
 const RANK_WAIT: [(&str, &str); 1] = [("BMOE_TEST_RANK_WAIT", "1")];
@@ -468,21 +470,21 @@ fn overlap_predict_prefetch_matches_resident_across_caches_lanes_and_kinds() {
     }
     matrix.push((KINDS[1], "1", "1"));
     matrix.push((KINDS[1], "3", "4"));
+    let mut read_ahead = 0;
+    let env = [RANK_WAIT[0], SPEC_COUNTS[0]];
     for (kind, cache, lanes) in matrix {
         let mut cfg = vec!["--moe-stream", "--predict-prefetch", "--cache-mb", cache];
         cfg.extend_from_slice(&["--io-threads", lanes]);
         cfg.extend_from_slice(kind);
-        let stdout = identical_env(m, &cfg, &RANK_WAIT, &mut residents);
-        let p = PerfReport::parse(&stdout)
-            .moe_prefetch
-            .unwrap_or_else(|| panic!("{cfg:?}: no moe-prefetch line:\n{stdout}"));
+        let (stdout, stderr) = identical_env(m, &cfg, &env, &mut residents);
         assert!(
             stdout.contains(" [stale-gate]"),
             "{cfg:?}: not tagged:\n{stdout}"
         );
-        assert!(p.prefetched > 0, "{cfg:?}: nothing read ahead:\n{stdout}");
-        assert!(p.useful <= p.prefetched, "{cfg:?}: useful > prefetched");
+        read_ahead += checked_read_ahead(&cfg, &stdout, &stderr);
     }
+    // as with --prefetch: a busy machine may keep one configuration's lanes on real reads
+    assert!(read_ahead > 0, "no configuration read anything ahead");
 }
 
 /// The rank worker's counts a run printed under `BMOE_TEST_RANK_COUNTS=1`:
@@ -518,14 +520,21 @@ fn the_stale_gate_ranks_on_its_worker_and_changes_nothing_computed() {
         // waited for (the test knob): every ranking is collected, and the guesses are read
         let mut env = counts.to_vec();
         env.extend_from_slice(&RANK_WAIT);
+        env.extend_from_slice(&SPEC_COUNTS);
         let (waited, stdout, stderr) = trace_full_env(m, &cfg, &env);
         assert_eq!(waited, steps, "{cfg:?}: waiting changed the output");
         let (ranked, collected, late) = rank_counts(&stderr);
         assert_eq!((collected, late), (ranked, 0), "{cfg:?}:\n{stderr}");
-        let p = PerfReport::parse(&stdout)
-            .moe_prefetch
-            .expect("moe-prefetch line");
-        assert!(p.prefetched > 0 && p.useful <= p.prefetched, "{stdout}");
+        if extra.is_empty() {
+            // serially the guesses are read when issued
+            let p = PerfReport::parse(&stdout)
+                .moe_prefetch
+                .expect("moe-prefetch line");
+            assert!(p.prefetched > 0 && p.useful <= p.prefetched, "{stdout}");
+        } else {
+            // overlapped, a busy lane may complete none of what was issued
+            checked_read_ahead(&cfg, &stdout, &stderr);
+        }
     }
 }
 
