@@ -110,11 +110,6 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// Jobs in the batch.
-    pub fn len(&self) -> usize {
-        self.jobs.len()
-    }
-
     /// Whether it holds no job.
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
@@ -143,6 +138,11 @@ impl Batch {
             .iter()
             .map(|s| s.seq.load(Ordering::Relaxed))
             .collect()
+    }
+
+    /// Whether every job is done.
+    fn finished(&self) -> bool {
+        self.done.load(Ordering::Acquire) >= self.jobs.len()
     }
 
     /// Whether every job has been taken by a lane.
@@ -424,16 +424,28 @@ impl Shared {
         (got, ns)
     }
 
-    /// The sequence number for a speculative read about to start, or the real batch that still
-    /// has jobs nobody took (serve it first).
+    /// The sequence number for a speculative read about to start, or the real batch that is
+    /// not finished (serve its jobs nobody took, else wait for it). A speculative install must
+    /// not run beside the batch's jobs: a job first lends the pages of slices evicted for it out
+    /// of the arena, and a guess at such a slice would find those pages still in place, install
+    /// nothing, call the slice present — and the lend would then take its pages away, leaving a
+    /// fault on it unanswered.
     fn claim_spec(&self) -> Result<u64, Arc<Batch>> {
         let st = lock(&self.state);
         let mut o = lock(&self.order);
-        if let Some(b) = st.batch.as_ref().filter(|b| !b.claimed()) {
+        if let Some(b) = st.batch.as_ref().filter(|b| !b.finished()) {
             return Err(Arc::clone(b));
         }
         *o += 1;
         Ok(*o - 1)
+    }
+
+    /// Waits until every job of `batch` is done.
+    fn wait_finished(&self, batch: &Batch) {
+        let mut p = lock(&self.progress);
+        while !batch.finished() {
+            p = self.progressed.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// Reads one speculative unit on `lane`, yielding to real batches between its slices.
@@ -444,7 +456,8 @@ impl Shared {
             let seq = loop {
                 match self.claim_spec() {
                     Ok(s) => break s,
-                    Err(b) => self.drain(&b, lane),
+                    Err(b) if !b.claimed() => self.drain(&b, lane),
+                    Err(b) => self.wait_finished(&b),
                 }
             };
             let delay = self.spec_delay_us.load(Ordering::Relaxed);
@@ -644,14 +657,7 @@ impl AsyncLanes {
 
     /// Waits until every job of `batch` is done.
     pub fn wait_all(&self, batch: &Batch) {
-        let mut p = lock(&self.shared.progress);
-        while batch.done.load(Ordering::Acquire) < batch.len() {
-            p = self
-                .shared
-                .progressed
-                .wait(p)
-                .unwrap_or_else(|e| e.into_inner());
-        }
+        self.shared.wait_finished(batch);
     }
 }
 
