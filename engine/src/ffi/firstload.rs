@@ -81,37 +81,72 @@ impl Drop for Armed {
 
 /// Reads the given file ranges of a mapped shard in and maps them (`base`: where file offset 0
 /// is mapped; `len`: the mapping's length), as `MAP_POPULATE` did for the whole file:
-/// `MADV_WILLNEED` readahead, then `MADV_POPULATE_READ` (Linux 5.14+; skipped where refused).
-/// Ranges are page-aligned outward and clamped to the mapping. Returns the bytes covered.
+/// `MADV_WILLNEED` readahead kept [`DENSE_AHEAD`] windows ahead, then `MADV_POPULATE_READ`
+/// (Linux 5.14+; skipped where refused) window by window. Ranges are page-aligned outward and
+/// clamped to the mapping. Returns the bytes covered.
+///
+/// Why windows: the kernel reads at most one readahead window (the larger of the device's
+/// `read_ahead_kb` and its optimal I/O size) per `WILLNEED` call and ignores the rest of the
+/// range. The rest was then faulted in a page at a time (the mapping is `MADV_RANDOM`): a
+/// 2.3 GiB dense set took 33 s to load against 2.3 s for the plain whole-file populate.
 pub fn advise_dense(base: usize, len: usize, ranges: &[(u64, u64)]) -> u64 {
     // the engine's page size (vm::PAGE); ffi cannot import vm, which imports ffi
     let page = 4096usize;
-    let mut advised = 0u64;
+    let mut windows: Vec<(usize, usize)> = Vec::new();
     for &(start, end) in ranges {
         let s = (start as usize) / page * page;
         let e = (end as usize).div_ceil(page).saturating_mul(page).min(len);
-        if s >= e {
-            continue;
+        let mut w = s;
+        while w < e {
+            let we = (w + DENSE_WINDOW).min(e);
+            windows.push((w, we));
+            w = we;
         }
-        let p = (base + s) as *mut libc::c_void;
-        // WILLNEED first: the mapping is MADV_RANDOM, so populating alone would fault one page
-        // per read; WILLNEED reads the range in large requests, then POPULATE_READ maps it
+    }
+    let ahead = |&(s, e): &(usize, usize)| {
         // SAFETY: [base+s, base+e) lies inside a live read-only file mapping llama.cpp owns
-        // for the model's lifetime; both advices only read pages in, changing no contents.
+        // for the model's lifetime; the advice only starts reads of its pages.
+        unsafe { libc::madvise((base + s) as *mut libc::c_void, e - s, libc::MADV_WILLNEED) }
+    };
+    let populate = |&(s, e): &(usize, usize), ahead_rc: libc::c_int| -> u64 {
+        // SAFETY: as above; POPULATE_READ maps the window's pages (read in by the WILLNEED
+        // issued for it earlier), changing no contents.
         let rc = unsafe {
-            let ahead = libc::madvise(p, e - s, libc::MADV_WILLNEED);
-            if libc::madvise(p, e - s, libc::MADV_POPULATE_READ) == 0 {
-                0
-            } else {
-                ahead
-            }
+            libc::madvise(
+                (base + s) as *mut libc::c_void,
+                e - s,
+                libc::MADV_POPULATE_READ,
+            )
         };
-        if rc == 0 {
-            advised += (e - s) as u64;
+        if rc == 0 || ahead_rc == 0 {
+            (e - s) as u64
+        } else {
+            0
         }
+    };
+    let mut issued: std::collections::VecDeque<((usize, usize), libc::c_int)> =
+        std::collections::VecDeque::with_capacity(DENSE_AHEAD + 1);
+    let mut advised = 0u64;
+    for w in &windows {
+        issued.push_back((*w, ahead(w)));
+        if issued.len() > DENSE_AHEAD
+            && let Some((done, rc)) = issued.pop_front()
+        {
+            advised += populate(&done, rc);
+        }
+    }
+    for (done, rc) in issued {
+        advised += populate(&done, rc);
     }
     advised
 }
+
+/// One `WILLNEED` call's range: at most the smallest readahead window the kernel honours
+/// whole on common devices (`read_ahead_kb` 128 with a 256 KiB optimal I/O size, or more).
+const DENSE_WINDOW: usize = 256 << 10;
+
+/// Windows of readahead kept in flight ahead of the one being mapped (16 MiB).
+const DENSE_AHEAD: usize = 64;
 
 /// Replaces the whole pages inside the given file ranges of a mapped shard (`base`: where file
 /// offset 0 is mapped; `len`: the mapping's length) with the zero page, so nothing reads them
