@@ -36,7 +36,7 @@ run() { # label, flags...: one cold run; prints label read_MiB load_s streamer_M
   local rb; rb=$(awk '/^read_bytes:/ {print $2}' <<<"$io")
   local sum; sum=$(grep '^# summary' "$tmp/r.csv" | tail -1)
   local load; load=$(tr ' ' '\n' <<<"$sum" | awk -F= '$1=="load_s"{print $2}')
-  local st; st=$(tr ' ' '\n' <<<"$sum" | awk -F= '$1=="read_MiB"{r=$2} $1=="prefill_read_mib"{p=$2} END{printf "%.1f", r+p}')
+  local st; st=$(tr ' ' '\n' <<<"$sum" | awk -F= '$1=="read_MiB"{r=$2} $1=="prefill_read_mib"{p=$2} $1=="row_read_MiB"{w=$2} END{printf "%.1f", r+p+w}')
   printf '%-9s read_MiB=%9.1f load_s=%7.3f streamer_read_MiB=%7.1f\n' \
     "$label" "$(awk -v b="$rb" 'BEGIN{printf "%.1f", b/1048576}')" "$load" "$st"
 }
@@ -44,7 +44,8 @@ run() { # label, flags...: one cold run; prints label read_MiB load_s streamer_M
 export ERR=$tmp/err
 size=$(stat -c %s "$model")
 echo "model $model ($(awk -v b="$size" 'BEGIN{printf "%.1f", b/1048576}') MiB), $reps cold runs each, bmoe-cli $cli"
-echo "(read_MiB includes the run's one token; streamed: minus streamer_read_MiB = the load's reads)"
+echo "(read_MiB includes the run's one token; streamed: minus streamer_read_MiB = the load's reads;"
+echo " streamer_read_MiB counts the experts and, with --row-stream, the rows fetched)"
 for _ in $(seq "$reps"); do
   run plain
   run streamed --moe-stream "$@"

@@ -11,7 +11,7 @@
 //! Pages shared with an expert tensor belong to the expert arena (already anonymous and
 //! refilled by the streamer) and are left alone.
 
-use crate::memory::residency::dense_file_ranges;
+use crate::memory::residency::dense_file_ranges_skipping;
 use crate::model::index::ModelIndex;
 use crate::stream::layout::ExpertLayout;
 use crate::vm::{Arena, PAGE};
@@ -135,11 +135,15 @@ pub fn dense_pages(
         .collect()
 }
 
-/// `warm`: reads every dense byte range once through the page cache.
+/// `warm`: reads every dense byte range once through the page cache, except `skip` (the table
+/// `--row-stream` takes over).
 ///
 /// # Errors
 /// The first failed read (a best-effort policy: the caller may warn and continue).
-pub fn warm(index: &ModelIndex) -> Result<DenseOutcome, DenseError> {
+pub fn warm(
+    index: &ModelIndex,
+    skip: Option<(usize, u64, u64)>,
+) -> Result<DenseOutcome, DenseError> {
     let t0 = Instant::now();
     let mut buf = vec![0u8; CHUNK];
     let mut bytes = 0u64;
@@ -148,7 +152,7 @@ pub fn warm(index: &ModelIndex) -> Result<DenseOutcome, DenseError> {
         .iter()
         .map(|p| File::open(p).map_err(|e| err(p, 0, e)))
         .collect::<Result<_, _>>()?;
-    for (shard, off, len) in dense_file_ranges(index) {
+    for (shard, off, len) in dense_file_ranges_skipping(index, skip) {
         let (Some(f), Some(path)) = (files.get(shard), index.shards.get(shard)) else {
             continue;
         };
@@ -219,7 +223,8 @@ pub fn shard_bases(
 
 /// `anon`: moves the dense pages of every shard with a known mapping base ([`shard_bases`]) into
 /// anonymous memory at the same addresses and fills them from the file (O_DIRECT when
-/// `want_direct` and the file accepts it; buffered otherwise).
+/// `want_direct` and the file accepts it; buffered otherwise). `skip` (the table `--row-stream`
+/// takes over) stays on the mapping.
 ///
 /// Must run between decodes (nothing may compute while pages are replaced).
 ///
@@ -231,6 +236,7 @@ pub fn anon(
     layout: &ExpertLayout,
     weights: &[(String, usize)],
     want_direct: bool,
+    skip: Option<(usize, u64, u64)>,
 ) -> Result<DenseOutcome, DenseError> {
     let t0 = Instant::now();
     let bases = shard_bases(index, layout, weights);
@@ -238,7 +244,11 @@ pub fn anon(
         .tensors()
         .map(|t| (t.shard, t.offset, t.bytes as u64))
         .collect();
-    let per_shard = dense_pages(&dense_file_ranges(index), &experts, index.shards.len());
+    let per_shard = dense_pages(
+        &dense_file_ranges_skipping(index, skip),
+        &experts,
+        index.shards.len(),
+    );
     let mut weights = Vec::new();
     let mut plan = Vec::new();
     for (shard, ranges) in per_shard.iter().enumerate() {
@@ -411,7 +421,10 @@ mod tests {
                 },
             );
         }
-        let w = warm(&index).unwrap();
+        let w = warm(&index, None).unwrap();
         assert_eq!(w.bytes, 40_000);
+        // the table --row-stream takes over is left alone
+        let w = warm(&index, Some((0, 0, 40_000))).unwrap();
+        assert_eq!(w.bytes, 0);
     }
 }

@@ -61,11 +61,21 @@ pub fn is_expert_tensor(name: &str) -> bool {
 
 /// The dense tensors' `(shard, file_offset, bytes)`, sorted.
 pub fn dense_file_ranges(index: &ModelIndex) -> Vec<(usize, u64, u64)> {
+    dense_file_ranges_skipping(index, None)
+}
+
+/// [`dense_file_ranges`] without the tensor at `skip` (`(shard, file_offset, bytes)`): the
+/// table `--row-stream` takes over, which no dense policy should read whole.
+pub fn dense_file_ranges_skipping(
+    index: &ModelIndex,
+    skip: Option<(usize, u64, u64)>,
+) -> Vec<(usize, u64, u64)> {
     let mut v: Vec<(usize, u64, u64)> = index
         .tensors
         .iter()
         .filter(|(name, p)| !is_expert_tensor(name) && p.size > 0)
         .map(|(_, p)| (p.shard, p.offset, p.size))
+        .filter(|r| Some(*r) != skip)
         .collect();
     v.sort_unstable();
     v

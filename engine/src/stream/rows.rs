@@ -11,12 +11,29 @@
 //! which is why a fetch that failed must stop the run (see [`RowFetchError`]).
 
 use super::io::{DirectOutcome, ShardFile};
+use crate::model::index::ModelIndex;
 use crate::vm::{Arena, PAGE};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 /// Smallest table worth streaming: below this the rows' reads cost more than the MiB saved.
 pub const MIN_TABLE_BYTES: usize = 1 << 20;
+
+/// The tensor `--row-stream` takes over: the token embedding.
+pub const TABLE_NAME: &str = "token_embd.weight";
+
+/// The file range `(shard, offset, bytes)` of the table `--row-stream` will take over, as far as
+/// the file alone tells (the graph confirms it after the capture decode): the token embedding,
+/// when the model has its own `output.weight` (an embedding tied to the head is read whole by a
+/// matmul) and it is at least [`MIN_TABLE_BYTES`]. The first load and the dense policies skip
+/// these bytes, so a table that is streamed is never read whole from flash first.
+pub fn planned_table(index: &ModelIndex) -> Option<(usize, u64, u64)> {
+    if !index.tensors.contains_key("output.weight") {
+        return None;
+    }
+    let p = index.tensors.get(TABLE_NAME)?;
+    ((p.size as usize) >= MIN_TABLE_BYTES).then_some((p.shard, p.offset, p.size))
+}
 
 /// Where the table lives and how its rows are shaped.
 #[derive(Debug, Clone)]
@@ -313,5 +330,39 @@ impl RowTable {
             i = j;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::index::FilePlace;
+
+    fn index(tensors: &[(&str, u64)]) -> ModelIndex {
+        let mut index = ModelIndex::default();
+        let mut off = 0;
+        for &(name, size) in tensors {
+            index.tensors.insert(
+                name.into(),
+                FilePlace {
+                    shard: 0,
+                    offset: off,
+                    size,
+                },
+            );
+            off += size;
+        }
+        index
+    }
+
+    #[test]
+    fn the_planned_table_is_an_untied_embedding_worth_streaming() {
+        let big = MIN_TABLE_BYTES as u64;
+        let untied = index(&[(TABLE_NAME, big), ("output.weight", big)]);
+        assert_eq!(planned_table(&untied), Some((0, 0, big)));
+        // tied: the head's matmul reads every row, so the load must read it whole
+        assert_eq!(planned_table(&index(&[(TABLE_NAME, big)])), None);
+        let small = index(&[(TABLE_NAME, big - 1), ("output.weight", big)]);
+        assert_eq!(planned_table(&small), None);
     }
 }

@@ -9,7 +9,7 @@ use crate::ffi::{Model, ModelOptions};
 use crate::memory::autocache::{measure, plain_oversize_warning};
 use crate::memory::dense::{DenseWeights, dense_pages};
 use crate::memory::picture::{MemorySnapshot, cgroup_memory};
-use crate::memory::residency::{dense_file_ranges, is_expert_tensor};
+use crate::memory::residency::{dense_file_ranges_skipping, is_expert_tensor};
 use crate::model::default_model;
 use crate::model::facts::{ModelFacts, read_facts};
 use crate::model::registry::recipe_for;
@@ -117,7 +117,7 @@ fn read_dense_only(cfg: &RunConfig, facts: &ModelFacts, armed: &Armed, note: &mu
     let mut advised = 0u64;
     if cfg.dense_weights == DenseWeights::Mmap {
         let pages = dense_pages(
-            &dense_file_ranges(&facts.index),
+            &dense_file_ranges_skipping(&facts.index, super::streaming::row_skip(cfg, facts)),
             &experts,
             facts.index.shards.len(),
         );

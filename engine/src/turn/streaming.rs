@@ -141,13 +141,19 @@ pub(super) fn start_streaming(
     })
 }
 
+/// The table the dense policies leave to `--row-stream` (none without it).
+pub(super) fn row_skip(cfg: &RunConfig, facts: &ModelFacts) -> Option<(usize, u64, u64)> {
+    cfg.row_stream
+        .and_then(|_| crate::stream::rows::planned_table(&facts.index))
+}
+
 /// The token embedding as a row-gathered table, or why it does not qualify (said on `note`).
 fn row_table_spec(
     facts: &ModelFacts,
     weight_addrs: &[(String, usize)],
     n_vocab: usize,
 ) -> Result<RowTableSpec, &'static str> {
-    const NAME: &str = "token_embd.weight";
+    const NAME: &str = crate::stream::rows::TABLE_NAME;
     let place = facts
         .index
         .tensors
@@ -275,7 +281,7 @@ fn apply_dense_policy(
     match cfg.dense_weights {
         DenseWeights::Mmap => Ok(None),
         DenseWeights::Warm => {
-            match crate::memory::dense::warm(&facts.index) {
+            match crate::memory::dense::warm(&facts.index, row_skip(cfg, facts)) {
                 Ok(o) => {
                     let _ = writeln!(
                         note,
@@ -296,6 +302,7 @@ fn apply_dense_policy(
                 streamer.layout(),
                 weight_addrs,
                 sc.o_direct,
+                row_skip(cfg, facts),
             )?;
             let _ = writeln!(
                 note,
