@@ -145,8 +145,13 @@ fn lanes_stay_at_the_default_unless_the_probe_clearly_beats_it() {
             ..qwen3(8 * GIB)
         })
     };
-    // 2 lanes reach 900 < 0.9 × 1010; 4 lanes 1000 ≥ 909
+    // 4 lanes reach 1000 ≥ 0.75 × 1010
     assert_eq!(qwen3_lanes(), 4);
+    // the probe of the quiet-machine A/B whose 1-lane pick decoded 1.21× slower than 4 lanes
+    assert_eq!(
+        with(&[(1, 1437.0), (2, 1433.0), (4, 1253.0), (8, 1193.0)]).io_threads,
+        4
+    );
     // a near tie keeps the default
     assert_eq!(
         with(&[(1, 300.0), (2, 300.0), (4, 290.0), (8, 280.0)]).io_threads,
@@ -158,7 +163,7 @@ fn lanes_stay_at_the_default_unless_the_probe_clearly_beats_it() {
         1
     );
     assert_eq!(
-        with(&[(8, 2000.0), (1, 100.0), (2, 200.0), (4, 1500.0)]).io_threads,
+        with(&[(8, 2000.0), (1, 100.0), (2, 200.0), (4, 1400.0)]).io_threads,
         8
     );
     let c = with(&[(1, 100.0), (2, 195.0)]);
