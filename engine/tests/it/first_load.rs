@@ -118,6 +118,22 @@ fn load_read_bytes(model: &Path, extra: &[&str]) -> (u64, String) {
     (read, stderr)
 }
 
+/// A `--moe-stream` run (plus `extra`) on the model just dropped from the page cache: (the
+/// process's read_bytes, the streamer's and row streamer's own reads, stderr). The token's
+/// routed experts are the streamer's (O_DIRECT, counted in read_bytes too): what is left of
+/// read_bytes is the load's.
+fn cold_streamed(model: &Path, extra: &[&str]) -> (u64, u64, String) {
+    drop_cached(model);
+    let mut flags = vec!["--moe-stream"];
+    flags.extend_from_slice(extra);
+    let (read, stderr) = load_read_bytes(model, &flags);
+    (
+        read,
+        streamer_bytes(&model.with_file_name("run.csv")),
+        stderr,
+    )
+}
+
 #[test]
 fn streamed_cold_load_reads_only_the_dense_bytes() {
     cold_load_reads_only_the_dense_bytes(128, 2);
@@ -142,11 +158,7 @@ fn cold_load_reads_only_the_dense_bytes(n_expert: u32, top_k: u32) {
 
     drop_cached(&model);
     let (plain, _) = load_read_bytes(&model, &[]);
-    drop_cached(&model);
-    let (streamed, stderr) = load_read_bytes(&model, &["--moe-stream", "--cache-mb", "0"]);
-    // the token's routed experts are the streamer's (O_DIRECT, counted in read_bytes too):
-    // what is left is the load's
-    let experts = streamer_bytes(&model.with_file_name("run.csv"));
+    let (streamed, experts, stderr) = cold_streamed(&model, &["--cache-mb", "0"]);
     let load = streamed.saturating_sub(experts);
     eprintln!(
         "file {file} dense {dense} plain read {plain} streamed read {streamed} (experts {experts}, load {load})"
@@ -197,19 +209,10 @@ fn a_row_streamed_cold_load_does_not_read_the_table() {
         "the table must weigh: {table} of {dense} dense"
     );
 
-    drop_cached(&model);
-    let (streamed, stderr) = load_read_bytes(
+    let (streamed, own, stderr) = cold_streamed(
         &model,
-        &[
-            "--moe-stream",
-            "--cache-mb",
-            "0",
-            "--row-stream",
-            "--row-cache-mb",
-            "0",
-        ],
+        &["--cache-mb", "0", "--row-stream", "--row-cache-mb", "0"],
     );
-    let own = streamer_bytes(&model.with_file_name("run.csv"));
     let load = streamed.saturating_sub(own);
     eprintln!(
         "file {file} dense {dense} table {table} streamed read {streamed} (streamer and rows {own}, load {load})"
