@@ -33,6 +33,7 @@ use crate::turn::{Engine, Generation, Turn};
 use bmoe_telemetry::protocol::{
     Begin, DecideRequest, Done, ErrorRecord, GenerateRequest, Ready, Request, round_to,
 };
+use std::cell::Cell;
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -300,7 +301,17 @@ pub fn serve_from(
             Inbound::Close => break,
             Inbound::Invalid { id, msg } => reject(out, id, msg),
             Inbound::Work { seq, work } => {
-                let cancelled = || cancels.covers(seq) || interrupt.raised();
+                // a SIGINT belongs to this request only if the request saw it (and so was
+                // cancelled by it); one that lands after the request's last look, say between its
+                // BMOE_DONE and this loop, found no request running and ends the session
+                let took_sigint = Cell::new(false);
+                let cancelled = || {
+                    if interrupt.raised() {
+                        took_sigint.set(true);
+                        return true;
+                    }
+                    cancels.covers(seq)
+                };
                 if !cancelled() {
                     engine.clear_abort();
                 }
@@ -319,13 +330,19 @@ pub fn serve_from(
                     Err(Failure::Rejected(msg)) => reject(out, id, msg),
                     Err(Failure::Fatal(e)) => return Err(fatal(out, id, e)),
                 }
-                if interrupt.raised() {
-                    // this request took the SIGINT: the next one is a first one again
+                if took_sigint.get() {
+                    // the next SIGINT is a first one again
                     let _ = writeln!(
                         note,
-                        "bmoe: interrupted (Ctrl-C) during request {id}: it stopped there (cancelled, unless it had just finished) and the session goes on; Ctrl-C with no request running ends it"
+                        "bmoe: interrupted (Ctrl-C) during request {id}: it was cancelled there and the session goes on; Ctrl-C with no request running ends it"
                     );
                     interrupt.rearm();
+                } else if interrupt.raised() {
+                    let _ = writeln!(
+                        note,
+                        "bmoe: interrupted (Ctrl-C) with no request running: the session ends"
+                    );
+                    return ended(&mut engine, ExitStatus::Interrupted);
                 }
             }
         }
@@ -569,6 +586,11 @@ fn run_decide(
             prefill_chunk,
         };
         let rec = decide(ctx, setup, d, prefix);
+        if matches!(&rec, Ok(r) if r.cancelled) {
+            // the abort flag stopped it: asking the closure is how a SIGINT that raised the flag
+            // counts as this request's, not as one with no request running
+            let _ = cancelled();
+        }
         if let Some(msg) = prefix.take_cap_note() {
             let _ = writeln!(note, "{msg}");
         }

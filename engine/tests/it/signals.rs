@@ -291,3 +291,35 @@ fn in_a_session_ctrl_c_cancels_the_request_and_idle_ends_the_session() {
     assert_eq!(marks, vec![(Some(true), true), (Some(false), false)]);
     assert_eq!(f.rows.len() as u64, d1.tokens + d2.tokens);
 }
+
+/// A SIGINT sent the moment a request's BMOE_DONE is read lands after the request's last look at
+/// the flag: no request is running, so it ends the session, every time. It used to count as the
+/// finished request's when it beat the session loop's check, and the session then waited on; that
+/// window is microseconds wide, so this catches a regression only on a loaded machine (where CI
+/// once hung on it), hence the rounds.
+#[test]
+fn ctrl_c_right_after_a_done_ends_the_session() {
+    for round in 0..8 {
+        let err = file(&format!("after-done-{round}.err"));
+        let mut child = spawn(&["--session"], &err);
+        let rx = lines_of(&mut child);
+        let mut stdin = child.stdin.take().unwrap();
+        assert!(matches!(record(&rx), Record::Ready(_)));
+        writeln!(
+            stdin,
+            r#"{{"cmd":"generate","id":1,"prompt":"Hello","n_predict":2}}"#
+        )
+        .unwrap();
+        stdin.flush().unwrap();
+        let (d, _) = done(&rx, 1);
+        sigint(&child);
+        assert!(!d.cancelled, "round {round}: {d:?}");
+        let status = wait(&mut child);
+        let stderr = std::fs::read_to_string(&err).unwrap();
+        assert_eq!(status.code(), Some(130), "round {round}, stderr:\n{stderr}");
+        assert!(
+            stderr.contains("with no request running: the session ends"),
+            "round {round}: {stderr}"
+        );
+    }
+}
