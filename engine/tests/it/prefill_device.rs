@@ -453,7 +453,11 @@ fn the_predicted_arena_keeps_every_byte_and_its_counts_match_the_route_trace() {
     assert_eq!(steps(&routed), steps(&demand_only));
     let a = arena_counts(&routed);
     // the figures docs/engine.md quotes (`--nocapture`)
-    eprintln!("routed mode: {a:?}");
+    let line = String::from_utf8_lossy(&routed.stderr)
+        .lines()
+        .find(|l| l.starts_with("bmoe: test: prefill arena "))
+        .map(str::to_string);
+    eprintln!("routed mode: {line:?}");
     assert!(a["read_ahead"] > 0, "the prediction read nothing: {a:?}");
     assert!(a["routed"] > 0 && a["demand"] < a["routed"], "{a:?}");
     let off = arena_counts(&demand_only);
