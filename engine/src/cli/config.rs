@@ -83,4 +83,8 @@ pub struct RunConfig {
     pub terminal: bool,
     /// `--prefill-device NAME`: the ggml device large (prompt) batches run on (checked).
     pub prefill_device: Option<String>,
+    /// `--prefill-device` routed mode (the default; off with `--no-prefill-routed`): under
+    /// `--moe-stream` the device's arena is filled ahead from a prediction of the prompt's
+    /// routing.
+    pub prefill_routed: bool,
 }

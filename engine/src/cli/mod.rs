@@ -76,6 +76,10 @@ pub struct Cli {
     /// a build with the prefill-device feature)
     #[arg(long = "prefill-device", value_name = "NAME")]
     prefill_device: Option<String>,
+    /// With --prefill-device and --moe-stream: read each layer's experts at its routing node
+    /// only, instead of filling the arena ahead from a prediction of what the prompt routes
+    #[arg(long = "no-prefill-routed")]
+    no_prefill_routed: bool,
     /// The ids of the flags the command line gave (not left to their defaults).
     #[arg(skip)]
     given: Vec<String>,
@@ -214,6 +218,7 @@ impl Cli {
                 .unwrap_or(session::DEFAULT_DECIDE_STATE_MAX_MIB),
             terminal: false,
             prefill_device: self.prefill_device.clone(),
+            prefill_routed: self.prefill_device.is_some() && !self.no_prefill_routed,
         };
         if cfg.prefill_device.is_some() {
             device::check_combination(&cfg)?;
@@ -230,6 +235,11 @@ impl Cli {
         warnings.extend(self.stream.inert(&given, streaming, auto_cache));
         warnings.extend(self.predict.inert(&given));
         warnings.extend(self.routing.inert(&given));
+        if self.no_prefill_routed && self.prefill_device.is_some() && !streaming {
+            warnings.push(
+                "--no-prefill-routed has no effect without --moe-stream (a resident run's experts are all in memory: there is no arena to fill) — add --moe-stream to stream them".to_string(),
+            );
+        }
         if self.session.session {
             for (id, flag) in [("prompt", "-p/--prompt"), ("file", "-f/--file")] {
                 if given(id) {
@@ -269,6 +279,13 @@ impl Cli {
                 "--decide-state-max-mib",
                 "--decide-state-max-mib requires --decide",
                 "it caps the prefix state decide requests keep; add --session --decide",
+            ),
+            (
+                self.no_prefill_routed && self.prefill_device.is_none(),
+                "--no-prefill-routed",
+                "--no-prefill-routed requires --prefill-device",
+                "it turns off the device prefill's predicted arena; add --prefill-device NAME \
+                 (a name from --list-devices), or drop it",
             ),
             (
                 poisoned && !streaming,

@@ -405,3 +405,17 @@ fn predictors_resolve_and_route_ahead_refuses_its_partners_by_name() {
         "{warned:?}"
     );
 }
+
+#[test]
+fn no_prefill_routed_needs_the_prefill_device() {
+    let e = parse(&["-m", "x", "--moe-stream", "--no-prefill-routed"]).unwrap_err();
+    assert_eq!(e.flag, "--no-prefill-routed");
+    assert!(
+        e.message.contains("requires --prefill-device"),
+        "{}",
+        e.message
+    );
+    assert!(e.hint.contains("--prefill-device NAME"), "{}", e.hint);
+    // without the device, routed mode is off whatever the flags
+    assert!(!parse(&["-m", "x", "--moe-stream"]).unwrap().prefill_routed);
+}

@@ -1,6 +1,7 @@
 //! The graph hook: captures the expert tensors during a warm-up decode, then loads the routed
 //! experts at every `ffn_moe_topk-<il>` node before the expert matmuls consume them.
 
+use super::arena::{ArenaTally, PrefillArena};
 use super::edit::EditConfig;
 use super::names::{topk_layer, weight_layer};
 use super::predict::{PredictTally, Predictor, RouteAheadTally};
@@ -76,6 +77,8 @@ pub struct MoeHook {
     predict_spec_max: usize,
     /// Puts the compute threads to sleep while a layer's reads are waited for.
     pool: Option<PoolPause>,
+    /// `--prefill-device` routed mode: the prediction-filled prefill arena.
+    arena: Option<PrefillArena>,
     /// Capture: every expert tensor's consuming node, in graph order.
     consumers: Vec<(usize, String, String)>,
     /// Capture: name and address of every other weight the graph reads (to find where each
@@ -117,6 +120,7 @@ impl MoeHook {
             predict: None,
             predict_spec_max: 0,
             pool: None,
+            arena: None,
             consumers: Vec::new(),
             weight_addrs: Vec::new(),
         }
@@ -171,6 +175,17 @@ impl MoeHook {
         self.predict_spec_max = spec_max;
     }
 
+    /// Fills the prefill arena ahead from a prediction (`--prefill-device` routed mode); set
+    /// before the capture decode, which teaches it the routers.
+    pub fn fill_arena(&mut self, a: PrefillArena) {
+        self.arena = Some(a);
+    }
+
+    /// What the prefill arena did so far (session-cumulative), in routed mode.
+    pub fn arena_tally(&self) -> Option<ArenaTally> {
+        self.arena.as_ref().map(PrefillArena::tally)
+    }
+
     /// What `--predict-log` measured so far (session-cumulative), when the predictors run.
     pub fn predict_tally(&self) -> Option<&PredictTally> {
         self.predict.as_ref().map(Predictor::tally)
@@ -190,6 +205,9 @@ impl MoeHook {
     pub fn begin_decode(&mut self, span: DecodeSpan) {
         if let Some(p) = self.predict.as_mut() {
             p.begin_decode(span.prefill);
+        }
+        if let Some(a) = self.arena.as_mut() {
+            a.begin_decode(span.prefill);
         }
         if let Some(s) = self.steer.as_mut() {
             s.begin_decode(span.prefill);
@@ -328,6 +346,9 @@ impl MoeHook {
     fn stream_wants(&mut self, node: &Node<'_>) -> bool {
         match &mut self.phase {
             Phase::Capture(seen) => {
+                if let Some(a) = self.arena.as_mut() {
+                    a.learn(node);
+                }
                 for src in node.sources() {
                     if let Some((il, suffix)) = self.recipe.and_then(|r| r.match_tensor(src.name()))
                         && let Some(w) = src.weight_ref()
@@ -431,8 +452,19 @@ impl MoeHook {
         {
             return;
         }
+        if let (Some(a), Phase::Stream(streamer)) = (self.arena.as_mut(), &self.phase) {
+            let n_expert = streamer.layout().n_expert;
+            a.at_routing(&ids, n_expert, |e| {
+                i32::try_from(e).is_ok_and(|e| streamer.is_resident(il, e))
+            });
+        }
         self.load(il, &ids, None);
         self.read_ahead(il + 1, nu);
+        if let (Some(a), Phase::Stream(streamer), None) =
+            (self.arena.as_mut(), &mut self.phase, &self.error)
+        {
+            a.fill_next(il, node, nu, streamer);
+        }
     }
 
     /// `--predict-prefetch`, right after a layer's load (real reads first): the stale gate's

@@ -3,6 +3,7 @@
 //! where routing is read today and where it will be edited (drop, substitute, route-ahead,
 //! replay): the sinks only ever receive finished rows.
 
+pub mod arena;
 pub mod edit;
 pub mod hook;
 pub mod names;

@@ -85,6 +85,12 @@ pub struct PrefillDevice {
     pub read_bytes: u64,
     /// Wall time those decodes waited at a routing node for the reads, s.
     pub stall_s: f64,
+    /// Routed mode: the (layer, expert) pairs those decodes routed (each routing node's union;
+    /// `BMOE_DECIDE`'s `prefill_dev_routed`, 0 with `--no-prefill-routed`).
+    pub routed: u64,
+    /// Routed mode: of those, the pairs the prediction missed, read at the routing node
+    /// (`prefill_dev_demand`).
+    pub demand: u64,
 }
 
 /// End-of-run figures the trailer needs beyond [`RunSummary`].

@@ -221,6 +221,57 @@ impl ExpertCache {
         out
     }
 
+    /// Bytes of the entries the current load looked up or refreshed (the LRU's front run of
+    /// entries stamped with this load): what the layer being computed holds.
+    pub fn current_bytes(&self) -> u64 {
+        let mut bytes = 0;
+        let mut i = self.head;
+        while i != NIL && self.slots[i].stamp == self.generation {
+            bytes += self.entry_bytes[i / self.n_expert];
+            i = self.slots[i].next;
+        }
+        bytes
+    }
+
+    /// Room for `extra` more bytes of speculative entries within the budget *beyond* the current
+    /// load, whose entries hold `current` bytes: releases least-recently-used entries (never the
+    /// current load's, never one a lane is still writing) until `resident + extra ≤ budget +
+    /// current`. Returns the released entries (the caller drops their memory) and whether the
+    /// room was made; when it cannot be, nothing is released.
+    pub fn make_room(&mut self, extra: u64, current: u64) -> (Vec<EntryId>, bool) {
+        let limit = self.budget.saturating_add(current);
+        let mut releasable = 0u64;
+        let mut i = self.tail;
+        while i != NIL && self.slots[i].stamp != self.generation {
+            if !matches!(self.slots[i].spec, Spec::InFlight | Spec::Adopted) {
+                releasable += self.entry_bytes[i / self.n_expert];
+            }
+            i = self.slots[i].prev;
+        }
+        if self
+            .resident
+            .saturating_sub(releasable)
+            .saturating_add(extra)
+            > limit
+        {
+            return (Vec::new(), false);
+        }
+        let mut out = Vec::new();
+        let mut i = self.tail;
+        while self.resident.saturating_add(extra) > limit && i != NIL {
+            if self.slots[i].stamp == self.generation {
+                break;
+            }
+            let warmer = self.slots[i].prev;
+            if !matches!(self.slots[i].spec, Spec::InFlight | Spec::Adopted) {
+                out.push(self.release(i));
+            }
+            i = warmer;
+        }
+        let fits = self.resident.saturating_add(extra) <= limit;
+        (out, fits)
+    }
+
     /// Starts a speculative read of `id`: the entry is accounted resident, at the cold end, and
     /// in flight until [`complete_speculative`](Self::complete_speculative) or
     /// [`cancel_speculative`](Self::cancel_speculative). `false` (nothing changed) when `id` is
@@ -488,6 +539,41 @@ mod tests {
         let k = c.counters();
         assert_eq!((k.spec_experts, k.spec_useful), (2, 1));
         assert!(k.spec_useful <= k.spec_experts);
+    }
+
+    #[test]
+    fn room_for_a_guess_comes_from_cold_entries_never_from_the_current_load() {
+        let mut c = ExpertCache::new(8, vec![10, 10, 10], 30);
+        c.begin_load();
+        c.touch(id(0, 0));
+        c.touch(id(0, 1));
+        c.begin_load();
+        c.touch(id(1, 2));
+        c.touch(id(1, 3));
+        c.touch(id(1, 4));
+        // 50 resident over a 30-byte budget: the current load holds 30
+        assert_eq!(c.current_bytes(), 30);
+        assert_eq!(c.evict_to_budget(), vec![id(0, 0), id(0, 1)]);
+        assert_eq!(c.resident_bytes(), 30);
+        c.begin_load();
+        c.touch(id(2, 0));
+        assert_eq!(c.current_bytes(), 10);
+        // 40 resident, the current load 10: 30 beyond it, the whole budget; 20 more bytes of
+        // guesses need two cold entries released, least recent first
+        let (out, fits) = c.make_room(20, c.current_bytes());
+        assert!(fits);
+        assert_eq!(out, vec![id(1, 2), id(1, 3)]);
+        // more than the budget beyond the current load: it cannot fit, so nothing is released
+        let (out, fits) = c.make_room(40, 10);
+        assert!(!fits);
+        assert!(out.is_empty());
+        assert!(c.is_resident(id(1, 4)) && c.is_resident(id(2, 0)));
+        // budget 0 (cache off): a guess never fits, nothing of the current load is released
+        let mut off = ExpertCache::new(4, vec![10], 0);
+        off.begin_load();
+        off.touch(id(0, 1));
+        assert_eq!(off.make_room(10, off.current_bytes()), (Vec::new(), false));
+        assert!(off.is_resident(id(0, 1)));
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub enum SpecTag {
     Temporal,
     /// A stale-gate guess (`--predict-prefetch`, and `--route-ahead`'s early read).
     StaleGate,
+    /// The prefill arena's guess (`--prefill-device`, routed mode): a prompt batch's predicted
+    /// routed union of the next layer.
+    PrefillArena,
 }
 
 impl SpecTag {
@@ -48,6 +51,7 @@ impl SpecTag {
         match self {
             SpecTag::Temporal => 0,
             SpecTag::StaleGate => 1,
+            SpecTag::PrefillArena => 2,
         }
     }
 }
@@ -63,6 +67,19 @@ pub struct SpecCounts {
     pub adopted: u64,
     /// Units read to the end.
     pub completed: u64,
+}
+
+/// What [`Streamer::fill_ahead`] did with one layer's prediction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AheadFill {
+    /// Predicted entries already resident (kept for their routing).
+    pub kept: usize,
+    /// Predicted entries read ahead.
+    pub read: usize,
+    /// Predicted entries with no room within the budget (read at the routing node if routed).
+    pub left: usize,
+    /// Time spent reading them inline, ns (serial loads read on the eval thread).
+    pub read_ns: u64,
 }
 
 /// Speculative-read state on the streamer (`--prefetch K`, `--predict-prefetch`,
@@ -194,6 +211,54 @@ impl Streamer {
             wanted.into_iter().for_each(|id| self.cache.refresh(id));
         }
         read
+    }
+
+    /// The prefill arena (`--prefill-device`, routed mode), right after the current layer's
+    /// load: `experts` is the predicted routed union of `layer` for the whole batch. The
+    /// predicted entries already resident are kept (moved to the LRU's front, so nothing evicts
+    /// them before their routing); the others are read ahead as speculative entries, as many as
+    /// fit the budget beyond the current load — cold entries (never the current load's, never
+    /// one in flight) are released to make room, so the expert memory stays within `budget +
+    /// the current layer`, the bound the prefill split is sized for. The rest is left to the
+    /// routing node. With the cache off (budget 0) nothing is read ahead.
+    pub fn fill_ahead(&mut self, layer: usize, experts: &[usize]) -> AheadFill {
+        let mut f = AheadFill::default();
+        let Some(Some(l)) = self.layout.layers.get(layer) else {
+            return f;
+        };
+        let entry = l.entry_bytes();
+        let t0 = Instant::now();
+        // what the layer being computed holds, before the kept guesses join its stamp
+        let current = self.cache.current_bytes();
+        let mut wanted = Vec::new();
+        for &expert in experts.iter().filter(|&&e| e < self.layout.n_expert) {
+            let id = EntryId { layer, expert };
+            if self.cache.is_resident(id) {
+                self.cache.refresh(id);
+                f.kept += 1;
+            } else if !self.cache.is_in_flight(id) {
+                wanted.push(id);
+            }
+        }
+        let mut victims = Vec::new();
+        let mut take = 0;
+        while take < wanted.len() {
+            let (out, fits) = self.cache.make_room((take as u64 + 1) * entry, current);
+            victims.extend(out);
+            if !fits {
+                break;
+            }
+            take += 1;
+        }
+        let dests: Vec<usize> = wanted[..take].iter().map(|id| id.expert).collect();
+        self.release(&victims, layer, &dests);
+        self.stats.mgmt_ns += t0.elapsed().as_nanos() as u64;
+        f.left = wanted.len() - take;
+        f.read = take;
+        f.read_ns = self
+            .issue_speculative(&wanted[..take], SpecTag::PrefillArena)
+            .as_nanos() as u64;
+        f
     }
 
     /// Reads `guesses` (most urgent first) speculatively into the cache's cold end; entries

@@ -12,6 +12,7 @@ use crate::chat::{ChatError, ChatTemplate, ThinkCtl};
 use crate::cli::{DenseWeights, RunConfig, Sampling, Spec};
 use crate::error::EngineError;
 use crate::ffi::{Context, ContextOptions, Model, Sampler, SamplerParams, Token};
+use crate::graph::arena::PrefillArena;
 use crate::graph::hook::{MoeHook, RESIDENT_HOOK_ENV, resident_hook_requested};
 use crate::graph::replay::{ReplayEnd, ReplayShape, RouteReplay};
 use crate::graph::steer::Steering;
@@ -162,7 +163,14 @@ fn build_hook(
     note: &mut dyn Write,
 ) -> Option<MoeHook> {
     match (cfg.stream, recipe_for(&facts.arch)) {
-        (Some(_), Some(r)) => Some(MoeHook::capturing(r, Arc::clone(abort))),
+        (Some(_), Some(r)) => {
+            let mut hook = MoeHook::capturing(r, Arc::clone(abort));
+            if cfg.prefill_device.is_some() && cfg.prefill_routed {
+                // before the capture decode, which teaches it the routers
+                hook.fill_arena(PrefillArena::new());
+            }
+            Some(hook)
+        }
         _ if cfg.compute_trace.is_some() => Some(MoeHook::tracing_only(Arc::clone(abort))),
         (None, Some(_)) if resident_hook_requested() => {
             let _ = writeln!(

@@ -8,6 +8,7 @@ use super::{Engine, Turn};
 use crate::error::EngineError;
 use crate::ffi::DecodeError;
 use crate::ffi::DeviceTally;
+use crate::graph::arena::{ARENA_COUNTS_ENV, ArenaTally};
 use crate::graph::hook::MoeHook;
 use crate::graph::span::DecodeSpan;
 use crate::sinks::csv::{PrefillDevice, TrailerContext};
@@ -15,6 +16,13 @@ use crate::stream::StreamStats;
 use crate::vm::process_sample;
 use std::io::Write;
 use std::time::Instant;
+
+/// The counters a prefill decode is charged against, read right before it.
+struct DecodeMark {
+    device: DeviceTally,
+    stream: Option<StreamStats>,
+    arena: ArenaTally,
+}
 
 /// How the prompt phase ended.
 pub(super) enum Prefilled {
@@ -47,6 +55,9 @@ impl Engine<'_> {
             .prefill_device
             .is_some()
             .then(PrefillDevice::default);
+        // routed mode's counts of the decodes the device computed (the whole tally for the
+        // test line, routed and demand for the record)
+        let mut arena = ArenaTally::default();
         for to in cuts {
             // a one-shot Ctrl-C does not abort the decode in flight: it is seen between decodes
             if cancelled() {
@@ -60,12 +71,16 @@ impl Engine<'_> {
                 n_tokens: chunk.len(),
             };
             self.fetch_rows(&chunk, note)?;
-            let before = (self.ctx.device_tally(), self.stream_stats());
+            let before = DecodeMark {
+                device: self.ctx.device_tally(),
+                stream: self.stream_stats(),
+                arena: self.arena_tally(),
+            };
             Outputs::begin_decode(&mut self.ctx, span);
             let r = self.ctx.decode(&mut chunk);
             self.outputs.end_decode(&mut self.ctx, span, note);
             if let Some(d) = dev.as_mut() {
-                self.charge_device(d, before);
+                self.charge_device(d, &mut arena, before);
             }
             if let Err(e) = r {
                 let read_err = self.ctx.hook_mut().and_then(MoeHook::take_error);
@@ -91,15 +106,31 @@ impl Engine<'_> {
             trailer.prefill_mgmt_s = (b.mgmt_ns - a.mgmt_ns) as f64 / 1e9;
             trailer.prefill_stall_s = (b.stall_ns - a.stall_ns) as f64 / 1e9;
         }
+        if dev.is_some() && std::env::var(ARENA_COUNTS_ENV).is_ok_and(|v| v == "1") {
+            let _ = writeln!(note, "{}", arena.line());
+        }
         trailer.prefill_dev = dev;
         Ok(Prefilled::Done { prefill_s, trailer })
     }
 
+    /// What the prefill arena did so far (zeros without routed mode).
+    fn arena_tally(&mut self) -> ArenaTally {
+        self.ctx
+            .hook_mut()
+            .and_then(|h| h.arena_tally())
+            .unwrap_or_default()
+    }
+
     /// Adds one prefill decode to the device's share when the device computed part of it: its
-    /// device nodes and tokens, and the decode's expert reads and the time it waited for them
-    /// (serial loads: the blocked read time; the device graph was held at the routing node).
-    fn charge_device(&mut self, d: &mut PrefillDevice, before: (DeviceTally, Option<StreamStats>)) {
-        let (t0, s0) = before;
+    /// device nodes and tokens, the decode's expert reads and the time it waited for them
+    /// (serial loads: the blocked read time, the arena's reads ahead included; the device graph
+    /// was held at the routing node), and routed mode's counts (also into `arena`).
+    fn charge_device(&mut self, d: &mut PrefillDevice, arena: &mut ArenaTally, before: DecodeMark) {
+        let DecodeMark {
+            device: t0,
+            stream: s0,
+            arena: a0,
+        } = before;
         let t1 = self.ctx.device_tally();
         if t1.nodes == t0.nodes {
             return;
@@ -110,6 +141,10 @@ impl Engine<'_> {
             d.read_bytes += b.read_bytes - a.read_bytes;
             d.stall_s += ((b.io_ns - a.io_ns) + (b.stall_ns - a.stall_ns)) as f64 / 1e9;
         }
+        let a = self.arena_tally().since(&a0);
+        d.routed += a.routed;
+        d.demand += a.demand;
+        arena.add(&a);
     }
 
     /// Where the prefill's decodes end: one decode for the whole prompt (n_batch = n_ctx), cut

@@ -4,8 +4,10 @@
 //! feature (`scripts/test-prefill-device.sh`).
 
 use crate::gates::cli;
-use crate::tiny::synth_tiny;
+use crate::tiny::{Tiny, synth_tiny};
 use bmoe_engine::internals::{Context, ContextOptions, Model, ModelOptions, MoeHook};
+use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
@@ -330,4 +332,200 @@ fn a_failure_during_a_device_prefill_ends_the_run_with_exit_1() {
     );
     assert!(err.contains("\nhint: "), "{err}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("generation:"));
+}
+
+/// The tiny preset with four MoE layers (the preset's two leave one layer to predict, and the
+/// last layer of a decode that outputs nothing routes no token): three predicted layers.
+fn four_layers() -> Tiny {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp dir");
+    let opts = SynthOptions {
+        n_layer: 4,
+        ..SynthOptions::preset(Preset::Tiny)
+    };
+    let s = write_model(&opts, &dir.path().join("t4.gguf")).expect("the model is written");
+    Tiny {
+        path: s.paths[0].clone(),
+        dir,
+    }
+}
+
+/// The `BMOE_TEST_ARENA_COUNTS` line's values (`routed`, `demand`, `read_ahead`, …).
+fn arena_counts(out: &Output) -> BTreeMap<String, u64> {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("bmoe: test: prefill arena "))
+        .unwrap_or_else(|| panic!("no arena line in\n{err}"));
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse::<u64>().ok()?)))
+        .collect()
+}
+
+/// The rows of a CSV trace (`#` lines skipped, the first other line the header).
+fn trace_rows(path: &Path) -> Vec<HashMap<String, String>> {
+    let text = std::fs::read_to_string(path).expect("the trace is written");
+    let mut lines = text.lines().filter(|l| !l.starts_with('#'));
+    let header: Vec<String> = lines
+        .next()
+        .expect("a header")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    lines
+        .map(|l| {
+            header
+                .iter()
+                .cloned()
+                .zip(l.split(',').map(str::to_string))
+                .collect()
+        })
+        .collect()
+}
+
+/// Σ io-trace `read_bytes` of the prefill rows before position `dev_tokens`, in MiB.
+fn prefill_read_mib(io: &Path, dev_tokens: f64) -> f64 {
+    let bytes: u64 = trace_rows(io)
+        .iter()
+        .filter(|r| r["phase"] == "0" && r["step"].parse::<f64>().expect("a step") < dev_tokens)
+        .map(|r| r["read_bytes"].parse::<u64>().expect("read bytes"))
+        .sum();
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// From a route trace: the (decode, layer, expert) triples the device decodes (prefill rows
+/// before `dev_tokens`, one decode per `chunk` tokens) routed, and those a routing found not
+/// resident (`residency=0`: read at the routing node).
+fn routed_and_demand(route: &Path, dev_tokens: f64, chunk: usize) -> (u64, u64) {
+    let mut routed = BTreeSet::new();
+    let mut demand = BTreeSet::new();
+    for r in trace_rows(route) {
+        let step: usize = r["step"].parse().expect("a step");
+        if r["phase"] != "0" || step as f64 >= dev_tokens {
+            continue;
+        }
+        let key = (step / chunk, r["layer"].clone(), r["expert"].clone());
+        if r["residency"] == "0" {
+            demand.insert(key.clone());
+        }
+        routed.insert(key);
+    }
+    (routed.len() as u64, demand.len() as u64)
+}
+
+#[test]
+fn the_predicted_arena_keeps_every_byte_and_its_counts_match_the_route_trace() {
+    let t = four_layers();
+    let dir = t.dir.path();
+    // a 1 MiB cache is below a whole layer (8 experts of ~204 KiB): 64-token decodes, and room
+    // for about five entries ahead of each layer's routing
+    let base = [
+        "--moe-stream",
+        "--cache-mb",
+        "1",
+        "--prefill-device",
+        DEVICE,
+    ];
+    let counts = [("BMOE_TEST_ARENA_COUNTS", "1")];
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        run(&t.path, &a, &counts)
+    };
+    // byte identity, on runs without traces (the route trace cuts the graph at the weight
+    // nodes too, which moves ggml-vulkan's fusions)
+    let routed = with(&[]);
+    let demand_only = with(&["--no-prefill-routed"]);
+    let err = String::from_utf8_lossy(&routed.stderr).into_owned();
+    let chunk = err
+        .split("prefill split into decodes of ≤")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("a 1 MiB cache splits the prefill")
+        .to_string();
+    let resident = run(
+        &t.path,
+        &["--ubatch", &chunk, "--prefill-device", DEVICE],
+        &[("BMOE_DIAG_RESIDENT_HOOK", "1")],
+    );
+    assert_eq!(steps(&routed), steps(&resident), "{err}");
+    assert_eq!(steps(&routed), steps(&demand_only));
+    let a = arena_counts(&routed);
+    // the figures docs/engine.md quotes (`--nocapture`)
+    let line = String::from_utf8_lossy(&routed.stderr)
+        .lines()
+        .find(|l| l.starts_with("bmoe: test: prefill arena "))
+        .map(str::to_string);
+    eprintln!("routed mode: {line:?}");
+    assert!(a["read_ahead"] > 0, "the prediction read nothing: {a:?}");
+    assert!(a["routed"] > 0 && a["demand"] < a["routed"], "{a:?}");
+    let off = arena_counts(&demand_only);
+    assert_eq!((off["routed"], off["demand"], off["read_ahead"]), (0, 0, 0));
+
+    // the counts against the route trace, the reads against the io trace
+    let chunk: usize = chunk.parse().unwrap();
+    for (name, extra) in [
+        ("routed", &[][..]),
+        ("demand", &["--no-prefill-routed"][..]),
+    ] {
+        let (csv, route, io) = (
+            dir.join(format!("{name}.csv")),
+            dir.join(format!("{name}-route.csv")),
+            dir.join(format!("{name}-io.csv")),
+        );
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend([
+            "--csv",
+            csv.to_str().unwrap(),
+            "--route-trace",
+            route.to_str().unwrap(),
+            "--io-trace",
+            io.to_str().unwrap(),
+        ]);
+        let out = with(&args);
+        let a = arena_counts(&out);
+        eprintln!("{name} (traced): {a:?}");
+        let dev_tokens = num(&csv, "prefill_dev_tokens");
+        assert!(
+            dev_tokens >= 64.0,
+            "{name}: prefill_dev_tokens {dev_tokens}"
+        );
+        let (routed, demand) = routed_and_demand(&route, dev_tokens, chunk);
+        if name == "routed" {
+            assert_eq!((a["routed"], a["demand"]), (routed, demand), "{name}");
+            assert!(demand < routed, "{name}: {routed} routed, {demand} demand");
+        } else {
+            assert_eq!((a["routed"], a["demand"]), (0, 0), "{name}");
+            // every pair the device routed was read at its routing node or cached before
+            assert!(
+                routed > 0 && demand <= routed,
+                "{name}: {routed} routed, {demand} demand"
+            );
+        }
+        let (mib, dev_mib) = (
+            prefill_read_mib(&io, dev_tokens),
+            num(&csv, "prefill_dev_read_mib"),
+        );
+        assert!(mib > 0.0, "{name}");
+        assert!(
+            (mib - dev_mib).abs() <= 0.05,
+            "{name}: io trace {mib:.3} MiB vs {dev_mib}"
+        );
+        // the seed lists the two counts in BMOE_DECIDE only: no such trailer keys
+        assert_eq!(trailer_value(&csv, "prefill_dev_routed"), None);
+    }
+}
+
+#[test]
+fn no_prefill_routed_without_the_device_is_refused_with_a_hint() {
+    let t = synth_tiny();
+    let out = run(&t.path, &["--moe-stream", "--no-prefill-routed"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--no-prefill-routed requires --prefill-device"),
+        "{err}"
+    );
+    assert!(err.contains("hint:"), "{err}");
 }
