@@ -657,7 +657,9 @@ fn overlap_route_ahead_adopts_its_reads_and_measures_its_columns() {
     );
     for kind in KINDS {
         // every speculative slice pauses first: the next layer's load meets its own committed
-        // reads still queued or in flight, and must complete them rather than cancel them
+        // reads still queued or in flight, and must complete them rather than cancel them. The
+        // pause must outlast a layer's compute: 3 ms did not on a loaded CI machine (debug
+        // build), where every read completed before its load came and none was adopted
         let mut cfg = serial.clone();
         cfg.extend_from_slice(&["--io-threads", "1"]);
         cfg.extend_from_slice(kind);
@@ -666,7 +668,7 @@ fn overlap_route_ahead_adopts_its_reads_and_measures_its_columns() {
             &cfg,
             &[
                 ("BMOE_TEST_SPEC_COUNTS", "1"),
-                ("BMOE_TEST_SPEC_DELAY_US", "3000"),
+                ("BMOE_TEST_SPEC_DELAY_US", "20000"),
             ],
         );
         assert_eq!(got, want, "{cfg:?}: slowed early reads changed the output");
