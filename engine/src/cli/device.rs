@@ -22,8 +22,10 @@ pub(super) fn check(name: &str) -> Result<(), ConfigError> {
 /// Refuses what `--prefill-device` has not been verified with: each of these reads or edits
 /// graph state at a point the device split has already passed (the staged overlap waits at the
 /// projection nodes, after ggml copied their experts; the routing edits and predictors rewrite
-/// or read routing the device holds), or runs its own decodes (`--decide`, `--row-stream`), or
-/// has not been compared across backends (drafting's verify decodes).
+/// or read routing the device holds), or fetches rows outside the graph and has not been run
+/// with the device (`--row-stream`), or has not been compared across backends (drafting's
+/// verify decodes). A `decide` prefill runs on the device like a turn's (`BMOE_DECIDE`'s
+/// `prefill_dev_*` keys).
 ///
 /// # Errors
 /// The first such flag the run has, by name.
@@ -41,7 +43,6 @@ pub(super) fn check_combination(cfg: &RunConfig) -> Result<(), ConfigError> {
             cfg.predict.any(),
             "--predict-log / --predict-prefetch / --route-ahead",
         ),
-        (cfg.decide, "--decide"),
         (cfg.row_stream.is_some(), "--row-stream"),
         // a verify decode's logits for every position have not been compared across backends
         (cfg.spec.name() != "off", "--ngram / --mtp"),

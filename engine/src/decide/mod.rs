@@ -23,7 +23,9 @@
 
 use crate::chat::{ChatError, ChatTemplate, Message, ThinkCtl};
 use crate::ffi::{Context, DecodeError, LlamaError, Model, SeqState, Token};
+use crate::graph::device_share::DecodeMark;
 use crate::graph::hook::MoeHook;
+use crate::sinks::csv::PrefillDevice;
 use crate::stream::io::ReadError;
 use crate::stream::{StreamStats, Streamer};
 use crate::vm::process_sample;
@@ -365,6 +367,9 @@ fn common_prefix(a: &[Token], b: &[Token]) -> usize {
 struct Meter {
     prefill_s: f64,
     cpu_ns: u64,
+    /// The prefill device's share (zeros without `--prefill-device`: no decode then computes a
+    /// node on a device).
+    dev: PrefillDevice,
 }
 
 /// How a prefill ended when it did not finish.
@@ -380,7 +385,8 @@ fn stream_stats(ctx: &mut Context<'_, MoeHook>) -> Option<StreamStats> {
 }
 
 /// Decodes `tokens` at the next positions of sequence 0, at most `chunk` (else `n_batch`) at a
-/// time — the batches a resident run with `--ubatch chunk` forms from the same decode calls.
+/// time — the batches a resident run with `--ubatch chunk` forms from the same decode calls —
+/// as prompt decodes for the prefill device's arena.
 fn prefill(
     ctx: &mut Context<'_, MoeHook>,
     tokens: &[Token],
@@ -389,13 +395,33 @@ fn prefill(
 ) -> Result<(), Stop> {
     let n_batch = usize::try_from(ctx.n_batch()).unwrap_or(1);
     let chunk = chunk.unwrap_or(n_batch).min(n_batch).max(1);
+    let arena_prefill = |ctx: &mut Context<'_, MoeHook>, on: bool| {
+        if let Some(h) = ctx.hook_mut() {
+            h.arena_prefill(on);
+        }
+    };
+    arena_prefill(ctx, true);
+    let r = prefill_parts(ctx, tokens, chunk, meter);
+    arena_prefill(ctx, false);
+    r
+}
+
+/// [`prefill`]'s decodes, `chunk` tokens each.
+fn prefill_parts(
+    ctx: &mut Context<'_, MoeHook>,
+    tokens: &[Token],
+    chunk: usize,
+    meter: &mut Meter,
+) -> Result<(), Stop> {
     for part in tokens.chunks(chunk) {
         let mut batch = part.to_vec();
         let p0 = process_sample();
+        let mark = DecodeMark::take(ctx);
         let t0 = Instant::now();
         let r = ctx.decode(&mut batch);
         meter.prefill_s += t0.elapsed().as_secs_f64();
         meter.cpu_ns += process_sample().cpu_ns.saturating_sub(p0.cpu_ns);
+        mark.charge(ctx, &mut meter.dev);
         if let Err(e) = r {
             let read_error = ctx.hook_mut().and_then(MoeHook::take_error);
             return Err(match (read_error, e) {
@@ -609,6 +635,11 @@ pub fn decide(
         prefill_s: s(meter.prefill_s),
         prefill_cpu_s: s(meter.cpu_ns as f64 / 1e9),
         prefix_state_mib: mib(kept.size_bytes() as f64 / MIB),
+        prefill_dev_tokens: meter.dev.tokens,
+        prefill_dev_read_mib: mib(meter.dev.read_bytes as f64 / MIB),
+        prefill_dev_stall_s: s(meter.dev.stall_s),
+        prefill_dev_routed: meter.dev.routed,
+        prefill_dev_demand: meter.dev.demand,
         ..Decide::default()
     };
     if let (Some(a), Some(b)) = (stats0, stats1) {

@@ -201,6 +201,15 @@ impl MoeHook {
         self.routes = None;
     }
 
+    /// Tells the prefill arena whether the decodes that follow are prompt decodes that the
+    /// recorders are not told about (a `decide`'s prefill, see [`Self::begin_decode`] for the
+    /// others): its prediction and counts run on prompt decodes only.
+    pub fn arena_prefill(&mut self, prefill: bool) {
+        if let Some(a) = self.arena.as_mut() {
+            a.begin_decode(prefill);
+        }
+    }
+
     /// Tells the recorders which decode the next routings and nodes belong to.
     pub fn begin_decode(&mut self, span: DecodeSpan) {
         if let Some(p) = self.predict.as_mut() {

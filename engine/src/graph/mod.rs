@@ -4,6 +4,7 @@
 //! replay): the sinks only ever receive finished rows.
 
 pub mod arena;
+pub mod device_share;
 pub mod edit;
 pub mod hook;
 pub mod names;

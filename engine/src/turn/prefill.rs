@@ -7,22 +7,14 @@ use super::outputs::Outputs;
 use super::{Engine, Turn};
 use crate::error::EngineError;
 use crate::ffi::DecodeError;
-use crate::ffi::DeviceTally;
 use crate::graph::arena::{ARENA_COUNTS_ENV, ArenaTally};
+use crate::graph::device_share::DecodeMark;
 use crate::graph::hook::MoeHook;
 use crate::graph::span::DecodeSpan;
 use crate::sinks::csv::{PrefillDevice, TrailerContext};
-use crate::stream::StreamStats;
 use crate::vm::process_sample;
 use std::io::Write;
 use std::time::Instant;
-
-/// The counters a prefill decode is charged against, read right before it.
-struct DecodeMark {
-    device: DeviceTally,
-    stream: Option<StreamStats>,
-    arena: ArenaTally,
-}
 
 /// How the prompt phase ended.
 pub(super) enum Prefilled {
@@ -71,16 +63,12 @@ impl Engine<'_> {
                 n_tokens: chunk.len(),
             };
             self.fetch_rows(&chunk, note)?;
-            let before = DecodeMark {
-                device: self.ctx.device_tally(),
-                stream: self.stream_stats(),
-                arena: self.arena_tally(),
-            };
+            let before = DecodeMark::take(&mut self.ctx);
             Outputs::begin_decode(&mut self.ctx, span);
             let r = self.ctx.decode(&mut chunk);
             self.outputs.end_decode(&mut self.ctx, span, note);
             if let Some(d) = dev.as_mut() {
-                self.charge_device(d, &mut arena, before);
+                arena.add(&before.charge(&mut self.ctx, d));
             }
             if let Err(e) = r {
                 let read_err = self.ctx.hook_mut().and_then(MoeHook::take_error);
@@ -111,40 +99,6 @@ impl Engine<'_> {
         }
         trailer.prefill_dev = dev;
         Ok(Prefilled::Done { prefill_s, trailer })
-    }
-
-    /// What the prefill arena did so far (zeros without routed mode).
-    fn arena_tally(&mut self) -> ArenaTally {
-        self.ctx
-            .hook_mut()
-            .and_then(|h| h.arena_tally())
-            .unwrap_or_default()
-    }
-
-    /// Adds one prefill decode to the device's share when the device computed part of it: its
-    /// device nodes and tokens, the decode's expert reads and the time it waited for them
-    /// (serial loads: the blocked read time, the arena's reads ahead included; the device graph
-    /// was held at the routing node), and routed mode's counts (also into `arena`).
-    fn charge_device(&mut self, d: &mut PrefillDevice, arena: &mut ArenaTally, before: DecodeMark) {
-        let DecodeMark {
-            device: t0,
-            stream: s0,
-            arena: a0,
-        } = before;
-        let t1 = self.ctx.device_tally();
-        if t1.nodes == t0.nodes {
-            return;
-        }
-        d.nodes += t1.nodes - t0.nodes;
-        d.tokens += t1.tokens - t0.tokens;
-        if let (Some(a), Some(b)) = (s0, self.stream_stats()) {
-            d.read_bytes += b.read_bytes - a.read_bytes;
-            d.stall_s += ((b.io_ns - a.io_ns) + (b.stall_ns - a.stall_ns)) as f64 / 1e9;
-        }
-        let a = self.arena_tally().since(&a0);
-        d.routed += a.routed;
-        d.demand += a.demand;
-        arena.add(&a);
     }
 
     /// Where the prefill's decodes end: one decode for the whole prompt (n_batch = n_ctx), cut

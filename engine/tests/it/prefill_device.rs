@@ -7,9 +7,11 @@ use crate::gates::cli;
 use crate::tiny::{Tiny, synth_tiny};
 use bmoe_engine::internals::{Context, ContextOptions, Model, ModelOptions, MoeHook};
 use bmoe_gguf::synth::{Preset, SynthOptions, write_model};
+use bmoe_telemetry::protocol::{Decide, LineKind, Record, parse_line};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
 use std::path::Path;
-use std::process::Output;
+use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -29,6 +31,11 @@ const PROMPT: &str = "The quick brown fox jumps over the lazy dog while the engi
 /// the CPU keeps f32 / q8_K). Twice the largest; the negative control below (one token less of
 /// prompt) lands far above it.
 const LOGITS_TOLERANCE: f64 = 2.5e-2;
+
+/// Largest |device − CPU| of a `decide` choice's log-probability, nats. Measured on lavapipe
+/// (the four-layer tiny model, three choices near −5.5 to −6.0): 0.030, 0.013 and 2e-5. Twice
+/// the largest.
+const LOGP_TOLERANCE: f64 = 0.06;
 
 fn run(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     cli()
@@ -291,7 +298,7 @@ fn unverified_combinations_are_refused_by_name() {
     for (flags, named) in [
         (&["--moe-stream", "--overlap"][..], "--overlap"),
         (&["--moe-stream", "--predict-log"][..], "--predict-log"),
-        (&["--session", "--decide"][..], "--decide"),
+        (&["--moe-stream", "--row-stream"][..], "--row-stream"),
     ] {
         let mut args = flags.to_vec();
         args.extend(["--prefill-device", DEVICE]);
@@ -528,4 +535,97 @@ fn no_prefill_routed_without_the_device_is_refused_with_a_hint() {
         "{err}"
     );
     assert!(err.contains("hint:"), "{err}");
+}
+
+/// One `bmoe-cli --session --decide` answering `request` (then EOF) on `model`: its `BMOE_DECIDE`.
+fn decide_on(model: &Path, extra: &[&str], request: &str) -> Decide {
+    let mut child = cli()
+        .arg("-m")
+        .arg(model)
+        .args(["--session", "--decide", "-t", "2", "-c", "256"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bmoe-cli --session --decide");
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "{request}").expect("write the request");
+    drop(stdin);
+    let out = child.wait_with_output().expect("session output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{extra:?}: {err}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| match parse_line(l) {
+            LineKind::Record(Record::Decide(d)) => Some(*d),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{extra:?}: no BMOE_DECIDE; stderr:\n{err}"))
+}
+
+#[test]
+fn a_decide_prefill_runs_on_the_device_and_reports_its_share() {
+    let t = four_layers();
+    // the prefix part (over a hundred tokens) is prefilled in 64-token decodes under a 1 MiB
+    // cache, on the device; the short suffix stays on the CPU
+    let request = serde_json::json!({
+        "cmd": "decide", "id": 7, "prefix": PROMPT, "suffix": " Is it fast?",
+        "choices": ["yes", "no", "maybe"], "reuse_prefix": false,
+    })
+    .to_string();
+    let stream = ["--moe-stream", "--cache-mb", "1"];
+    let with = |extra: &[&str]| {
+        let mut a = stream.to_vec();
+        a.extend_from_slice(extra);
+        decide_on(&t.path, &a, &request)
+    };
+    let cpu = with(&[]);
+    let routed = with(&["--prefill-device", DEVICE]);
+    let demand_only = with(&["--prefill-device", DEVICE, "--no-prefill-routed"]);
+    eprintln!("cpu: {cpu:?}\nrouted: {routed:?}\ndemand only: {demand_only:?}");
+
+    // without the device every device key is zero, as the seed says
+    assert_eq!(
+        (
+            cpu.prefill_dev_tokens,
+            cpu.prefill_dev_read_mib,
+            cpu.prefill_dev_stall_s,
+            cpu.prefill_dev_routed,
+            cpu.prefill_dev_demand
+        ),
+        (0, 0.0, 0.0, 0, 0)
+    );
+    for d in [&routed, &demand_only] {
+        assert!(!d.cancelled);
+        assert!(d.prefill_dev_tokens >= 64, "{d:?}");
+        assert!(d.prefill_dev_tokens <= d.n_prefilled, "{d:?}");
+        // the device decodes' reads are part of the prefill's
+        assert!(d.prefill_dev_read_mib > 0.0, "{d:?}");
+        assert!(d.prefill_dev_read_mib <= d.prefill_read_mib + 1e-3, "{d:?}");
+        assert!(d.prefill_dev_stall_s > 0.0, "{d:?}");
+    }
+    assert!(
+        routed.prefill_dev_routed > 0 && routed.prefill_dev_demand < routed.prefill_dev_routed,
+        "{routed:?}"
+    );
+    assert_eq!(
+        (
+            demand_only.prefill_dev_routed,
+            demand_only.prefill_dev_demand
+        ),
+        (0, 0)
+    );
+    // the arena keeps every byte: both modes compute the same device graph on the same bytes
+    assert_eq!(routed.choice_logp, demand_only.choice_logp);
+    // against the CPU prefill: the same choice, scores within the backends' rounding
+    assert_eq!(routed.best, cpu.best, "{routed:?} vs {cpu:?}");
+    for (dev, host) in routed.choice_logp.iter().zip(&cpu.choice_logp) {
+        assert!(
+            (dev - host).abs() <= LOGP_TOLERANCE,
+            "log-probs {:?} (device) vs {:?} (CPU)",
+            routed.choice_logp,
+            cpu.choice_logp
+        );
+    }
 }
