@@ -3,6 +3,9 @@
 
 use super::{ConfigError, RunConfig};
 use crate::ffi::{BackendDevice, backend_devices};
+use bmoe_gguf::reader::GgufModel;
+use bmoe_gguf::value::MetaValue;
+use std::path::Path;
 
 /// Whether this binary was built with llama.cpp's Vulkan backend.
 const BUILT_WITH_DEVICE: bool = cfg!(feature = "prefill-device");
@@ -10,6 +13,35 @@ const BUILT_WITH_DEVICE: bool = cfg!(feature = "prefill-device");
 const BUILD_HINT: &str = "install the Vulkan packages with `scripts/install-deps.sh --prefill-device`, \
      then build with `cargo build --release -p bmoe-engine --features prefill-device`; \
      `bmoe-cli --list-devices` shows what a build offers";
+
+/// The most rows per token that an op on a host weight computes in the model at `path`, for
+/// [`crate::ffi::keep_decodes_on_host`]: the largest attention head count when the model has
+/// per-head Q/K norms (qwen3's `attn_q_norm`, a multiply over `head_dim × n_head × n_tokens`),
+/// else 1. 0 when the header cannot be read: the load reports that.
+pub(super) fn per_token_rows(path: &Path) -> u64 {
+    let Ok(model) = GgufModel::open(path) else {
+        return 0;
+    };
+    let per_head_norms = model.tensors().iter().any(|t| {
+        let name = &t.info.name;
+        name.ends_with("attn_q_norm.weight") || name.ends_with("attn_k_norm.weight")
+    });
+    if !per_head_norms {
+        return 1;
+    }
+    let Some(arch) = model
+        .get("general.architecture")
+        .and_then(MetaValue::as_str)
+    else {
+        return 0;
+    };
+    match model.get(&format!("{arch}.attention.head_count")) {
+        Some(MetaValue::Array(a)) => a.values.iter().filter_map(MetaValue::as_u64).max(),
+        Some(v) => v.as_u64(),
+        None => None,
+    }
+    .unwrap_or(0)
+}
 
 /// Checks `--prefill-device NAME` against the devices this build and machine offer.
 ///
@@ -140,5 +172,27 @@ mod tests {
             "without the prefill-device feature"
         };
         assert!(e.message.contains(expect), "{e:?}");
+    }
+
+    fn rows_of(opts: &bmoe_gguf::synth::SynthOptions) -> u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        bmoe_gguf::synth::write_model(opts, &path).unwrap();
+        per_token_rows(&path)
+    }
+
+    #[test]
+    fn per_head_norms_make_the_head_count_the_rows_per_token() {
+        use bmoe_gguf::synth::{Preset, SynthOptions};
+        let tiny = SynthOptions::preset(Preset::Tiny);
+        assert_eq!(rows_of(&tiny), tiny.n_head);
+        let wide = SynthOptions {
+            n_head: 32,
+            ..SynthOptions::preset(Preset::Tiny)
+        };
+        assert_eq!(rows_of(&wide), 32);
+        // qwen2moe has no per-head norms: its widest host-weight op has one row per token
+        assert_eq!(rows_of(&SynthOptions::preset(Preset::Qwen2MoeTiny)), 1);
+        assert_eq!(per_token_rows(Path::new("/nonexistent/model.gguf")), 0);
     }
 }

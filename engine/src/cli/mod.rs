@@ -169,6 +169,8 @@ impl Cli {
         }
         self.check_prerequisites(stream.is_some(), poison.is_some())?;
         if let Some(name) = &self.prefill_device {
+            // before the device list starts ggml's backends, which read the threshold then
+            crate::ffi::keep_decodes_on_host(device::per_token_rows(&shape.model));
             device::check(name)?;
             if self.auto() {
                 // --auto arms --overlap, which the device split does not support yet

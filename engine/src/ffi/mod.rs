@@ -21,7 +21,7 @@ use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::Once;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A llama.cpp token id.
 pub type Token = i32;
@@ -78,12 +78,28 @@ pub enum LlamaError {
 
 static BACKEND: Once = Once::new();
 
+/// [`keep_decodes_on_host`]'s rows per token, read when the backend starts.
+static OFFLOAD_ROWS: AtomicU64 = AtomicU64::new(0);
+
+/// Before the backend starts (a `--prefill-device` run): `rows` is the most rows per token that
+/// an op on a host weight computes in this model (a per-head norm's multiply: the head count).
+/// ggml-vulkan offloads such an op once its row count reaches its batch threshold (32), so on a
+/// model with 32 or more heads a one-token decode would run its norms on the device, one round
+/// trip per layer and token; the threshold is raised past `rows` so decodes stay on the CPU.
+/// No effect once the backend has started, or when the user set `GGML_OP_OFFLOAD_MIN_BATCH`.
+pub fn keep_decodes_on_host(rows: u64) {
+    OFFLOAD_ROWS.store(rows, Ordering::Relaxed);
+}
+
 /// Initialises llama.cpp's backends once per process and routes its log: warnings and errors
 /// reach stderr, the chatty info lines only when `BMOE_LLAMA_LOG=1`.
 pub fn init_backend() {
     BACKEND.call_once(|| {
         #[cfg(feature = "prefill-device")]
-        vulkan::expose_cpu_devices();
+        {
+            vulkan::expose_cpu_devices();
+            vulkan::raise_offload_threshold(OFFLOAD_ROWS.load(Ordering::Relaxed));
+        }
         let verbose = std::env::var("BMOE_LLAMA_LOG").is_ok_and(|v| v == "1");
         // SAFETY: the callback is a plain function valid for the whole process; the user-data
         // pointer is unused. llama_backend_init has no preconditions and runs once (Once).

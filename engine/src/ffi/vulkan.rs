@@ -11,6 +11,11 @@ use std::ffi::{c_char, c_void};
 
 /// `GGML_VK_VISIBLE_DEVICES`: ggml-vulkan's device selection.
 const VISIBLE_ENV: &str = "GGML_VK_VISIBLE_DEVICES";
+/// `GGML_OP_OFFLOAD_MIN_BATCH`: the batch size from which ggml-vulkan takes an op on a host
+/// weight (read once, when its registry starts).
+const MIN_BATCH_ENV: &str = "GGML_OP_OFFLOAD_MIN_BATCH";
+/// ggml-vulkan's default of [`MIN_BATCH_ENV`].
+const DEFAULT_MIN_BATCH: u64 = 32;
 /// `VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO`.
 const INSTANCE_CREATE_INFO: u32 = 1;
 /// `VK_PHYSICAL_DEVICE_TYPE_CPU`.
@@ -113,4 +118,43 @@ pub(super) fn expose_cpu_devices() {
     // SAFETY: called once from init_backend's Once, before llama.cpp or ggml start a thread
     // or read the environment (the registry reads this variable when it starts, right after).
     unsafe { std::env::set_var(VISIBLE_ENV, all.join(",")) };
+}
+
+/// The offload threshold for a model whose host-weight ops compute at most `rows` rows per
+/// token: ggml-vulkan's default, or one more than `rows` when a one-token batch would reach the
+/// default. ggml-vulkan measures a matmul's batch in tokens but an elementwise op's in rows, and
+/// a per-head norm has `n_head` rows per token; past the threshold a prompt batch still offloads
+/// its matmuls from `rows + 1` tokens on.
+fn offload_min_batch(rows: u64) -> u64 {
+    if rows >= DEFAULT_MIN_BATCH {
+        rows + 1
+    } else {
+        DEFAULT_MIN_BATCH
+    }
+}
+
+/// Before ggml's registry starts: sets [`MIN_BATCH_ENV`] to [`offload_min_batch`] when that
+/// differs from ggml's default, unless the user set it.
+pub(super) fn raise_offload_threshold(rows: u64) {
+    let min = offload_min_batch(rows);
+    if min == DEFAULT_MIN_BATCH || std::env::var_os(MIN_BATCH_ENV).is_some() {
+        return;
+    }
+    // SAFETY: called once from init_backend's Once, before llama.cpp or ggml start a thread or
+    // read the environment (the registry reads this variable when it starts, right after).
+    unsafe { std::env::set_var(MIN_BATCH_ENV, min.to_string()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_threshold_rises_past_a_one_token_batchs_rows_only() {
+        assert_eq!(offload_min_batch(0), DEFAULT_MIN_BATCH);
+        assert_eq!(offload_min_batch(4), DEFAULT_MIN_BATCH);
+        assert_eq!(offload_min_batch(31), DEFAULT_MIN_BATCH);
+        assert_eq!(offload_min_batch(32), 33);
+        assert_eq!(offload_min_batch(64), 65);
+    }
 }

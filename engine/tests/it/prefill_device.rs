@@ -629,3 +629,50 @@ fn a_decide_prefill_runs_on_the_device_and_reports_its_share() {
         );
     }
 }
+
+#[test]
+fn a_one_token_batch_stays_on_the_cpu_on_a_model_with_32_heads() {
+    // ggml-vulkan measures a norm's multiply in rows, and a per-head norm has n_head rows per
+    // token: with 32 heads a one-token batch (every decode) reached its threshold of 32
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp dir");
+    let opts = SynthOptions {
+        n_head: 32,
+        ..SynthOptions::preset(Preset::Tiny)
+    };
+    let model = write_model(&opts, &dir.path().join("h32.gguf"))
+        .expect("the model is written")
+        .paths[0]
+        .clone();
+    let csv = dir.path().join("m.csv");
+    let one_token = |prompt: &str, env: &[(&str, &str)]| {
+        let out = cli()
+            .arg("-m")
+            .arg(&model)
+            .args(["-p", prompt, "-n", "4", "-t", "2", "-c", "256"])
+            .args(["--prefill-device", DEVICE, "--csv", csv.to_str().unwrap()])
+            .envs(env.iter().copied())
+            .output()
+            .expect("run bmoe-cli");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            num(&csv, "n_prompt"),
+            num(&csv, "prefill_dev_tokens"),
+            num(&csv, "prefill_dev_nodes"),
+        )
+    };
+    // "H" is one token: the prompt's batch has a decode's shape
+    assert_eq!(one_token("H", &[]), (1.0, 0.0, 0.0));
+    // the control: with ggml's own threshold (a user's setting wins) the same batch offloads
+    let (_, tokens, nodes) = one_token("H", &[("GGML_OP_OFFLOAD_MIN_BATCH", "32")]);
+    assert!(tokens == 1.0 && nodes > 0.0, "{tokens} {nodes}");
+    // and a long prompt still runs on the device
+    let (n, tokens, _) = one_token(PROMPT, &[]);
+    assert!(
+        n > 100.0 && tokens == n,
+        "{n} prompt tokens, {tokens} on the device"
+    );
+}
