@@ -446,32 +446,10 @@ impl Node<'_> {
 
     /// Every column of a computed 2-D F32 node (`[n_embd, n_tokens]`: each token's activation
     /// row), token-major: `(ne[0], values)`. A device-resident node is copied once. `None` for
-    /// other types or shapes.
+    /// other types or shapes. The same layout as [`Self::f32_matrix`]'s rows, read off a
+    /// computed node instead of a weight.
     pub fn f32_columns(&self) -> Option<(usize, Vec<f32>)> {
-        let t = self.t;
-        if t.type_ != ll::GGML_TYPE_F32 || t.data.is_null() || t.ne[2] != 1 || t.ne[3] != 1 {
-            return None;
-        }
-        let (k, n) = (
-            usize::try_from(t.ne[0]).ok()?,
-            usize::try_from(t.ne[1]).ok()?,
-        );
-        let mut out = Vec::with_capacity(k * n);
-        with_host_bytes(t, |base| {
-            for j in 0..n {
-                for i in 0..k {
-                    // SAFETY: base holds the node's computed extent (see with_host_bytes); (i,
-                    // j) is within ne, so the strided offset is inside it.
-                    let v = unsafe {
-                        base.add(i * t.nb[0] + j * t.nb[1])
-                            .cast::<f32>()
-                            .read_unaligned()
-                    };
-                    out.push(v);
-                }
-            }
-        });
-        Some((k, out))
+        self.f32_matrix()
     }
 
     /// The last column of a computed 2-D F32 node (`[n_embd, n_tokens]`: the last token's

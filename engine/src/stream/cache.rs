@@ -204,9 +204,15 @@ impl ExpertCache {
     /// touching entries of the current load nor entries a lane is still writing. Returns the
     /// released entries; the caller drops their memory.
     pub fn evict_to_budget(&mut self) -> Vec<EntryId> {
+        self.release_cold(self.budget, 0)
+    }
+
+    /// Releases least-recently-used entries, coldest first, while `resident + extra > limit`:
+    /// never one of the current load's, never one a lane is still writing.
+    fn release_cold(&mut self, limit: u64, extra: u64) -> Vec<EntryId> {
         let mut out = Vec::new();
         let mut i = self.tail;
-        while self.resident > self.budget && i != NIL {
+        while self.resident.saturating_add(extra) > limit && i != NIL {
             // walking towards the hot end: the current load's entries are all at the front,
             // so the first one met ends the walk
             if self.slots[i].stamp == self.generation {
@@ -256,18 +262,7 @@ impl ExpertCache {
         {
             return (Vec::new(), false);
         }
-        let mut out = Vec::new();
-        let mut i = self.tail;
-        while self.resident.saturating_add(extra) > limit && i != NIL {
-            if self.slots[i].stamp == self.generation {
-                break;
-            }
-            let warmer = self.slots[i].prev;
-            if !matches!(self.slots[i].spec, Spec::InFlight | Spec::Adopted) {
-                out.push(self.release(i));
-            }
-            i = warmer;
-        }
+        let out = self.release_cold(limit, extra);
         let fits = self.resident.saturating_add(extra) <= limit;
         (out, fits)
     }
