@@ -10,7 +10,7 @@ bash scripts/install-deps.sh --prefill-device
 # shellcheck source=scripts/prefill-device-env.sh
 source scripts/prefill-device-env.sh
 NICE="${BMOE_NICE:-10}"
-nice -n "$NICE" cargo test --locked -p bmoe-engine --features prefill-device --lib cli::device
+nice -n "$NICE" cargo test --locked -p bmoe-engine --features prefill-device --lib -- cli::device ffi::vulkan
 nice -n "$NICE" cargo test --locked -p bmoe-engine --features prefill-device --test it devices::
 nice -n "$NICE" cargo test --locked -p bmoe-engine --features prefill-device --test it prefill_device::
 # the build must see the Vulkan device, and `--list-devices` must show it
