@@ -23,9 +23,8 @@
 
 use crate::chat::{ChatError, ChatTemplate, Message, ThinkCtl};
 use crate::ffi::{Context, DecodeError, LlamaError, Model, SeqState, Token};
-use crate::graph::device_share::DecodeMark;
+use crate::graph::device_share::{DecodeMark, PrefillDevice};
 use crate::graph::hook::MoeHook;
-use crate::sinks::csv::PrefillDevice;
 use crate::stream::io::ReadError;
 use crate::stream::{StreamStats, Streamer};
 use crate::vm::process_sample;

@@ -6,8 +6,26 @@
 use crate::ffi::{Context, DeviceTally};
 use crate::graph::arena::ArenaTally;
 use crate::graph::hook::MoeHook;
-use crate::sinks::csv::PrefillDevice;
 use crate::stream::{StreamStats, Streamer};
+
+/// The prefill device's share of the prompt phase (telemetry.md's `prefill_dev_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PrefillDevice {
+    /// Prompt tokens whose graph ran on the device.
+    pub tokens: u64,
+    /// Graph nodes whose output landed in a device buffer.
+    pub nodes: u64,
+    /// Expert bytes read from flash for the decodes the device computed.
+    pub read_bytes: u64,
+    /// Wall time those decodes waited at a routing node for the reads, s.
+    pub stall_s: f64,
+    /// Routed mode: the (layer, expert) pairs those decodes routed (each routing node's union;
+    /// `BMOE_DECIDE`'s `prefill_dev_routed`, 0 with `--no-prefill-routed`).
+    pub routed: u64,
+    /// Routed mode: of those, the pairs the prediction missed, read at the routing node
+    /// (`prefill_dev_demand`).
+    pub demand: u64,
+}
 
 /// The counters a prefill decode is charged against, read right before it.
 #[derive(Debug, Clone, Copy)]

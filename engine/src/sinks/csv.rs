@@ -4,6 +4,7 @@
 //! a contract line by hand.
 
 use super::SinkError;
+pub use crate::graph::device_share::PrefillDevice;
 use crate::memory::picture::{MemorySnapshot, mib};
 use crate::sinks::report::{RunSummary, TokenStats, per_second};
 use bmoe_telemetry::metrics::{MetricsWriter, RunInfo, SummaryTrailer, TokenRow, trailer_keys};
@@ -72,25 +73,6 @@ pub fn token_row(t: &TokenStats, c: &RowContext) -> TokenRow {
         ra_issue_ms: Some(c.route_ahead_ms[1]),
         ra_wd_ms: Some(c.route_ahead_ms[2]),
     }
-}
-
-/// The prefill device's share of the prompt phase (telemetry.md's `prefill_dev_*`).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PrefillDevice {
-    /// Prompt tokens whose graph ran on the device.
-    pub tokens: u64,
-    /// Graph nodes whose output landed in a device buffer.
-    pub nodes: u64,
-    /// Expert bytes read from flash for the decodes the device computed.
-    pub read_bytes: u64,
-    /// Wall time those decodes waited at a routing node for the reads, s.
-    pub stall_s: f64,
-    /// Routed mode: the (layer, expert) pairs those decodes routed (each routing node's union;
-    /// `BMOE_DECIDE`'s `prefill_dev_routed`, 0 with `--no-prefill-routed`).
-    pub routed: u64,
-    /// Routed mode: of those, the pairs the prediction missed, read at the routing node
-    /// (`prefill_dev_demand`).
-    pub demand: u64,
 }
 
 /// End-of-run figures the trailer needs beyond [`RunSummary`].
