@@ -274,13 +274,7 @@ fn in_a_session_ctrl_c_cancels_the_request_and_idle_ends_the_session() {
     assert!(!d2.cancelled);
     assert_eq!((d2.tokens, progress), (4, 4));
     sigint(&child);
-    let status = wait(&mut child);
-    let stderr = std::fs::read_to_string(&err).unwrap();
-    assert_eq!(status.code(), Some(130), "stderr:\n{stderr}");
-    assert!(
-        stderr.contains("with no request running: the session ends"),
-        "{stderr}"
-    );
+    ended_idle(&mut child, &err, "");
 
     let f = MetricsFile::read(&csv).unwrap();
     let marks: Vec<(Option<bool>, bool)> = f
@@ -314,12 +308,18 @@ fn ctrl_c_right_after_a_done_ends_the_session() {
         let (d, _) = done(&rx, 1);
         sigint(&child);
         assert!(!d.cancelled, "round {round}: {d:?}");
-        let status = wait(&mut child);
-        let stderr = std::fs::read_to_string(&err).unwrap();
-        assert_eq!(status.code(), Some(130), "round {round}, stderr:\n{stderr}");
-        assert!(
-            stderr.contains("with no request running: the session ends"),
-            "round {round}: {stderr}"
-        );
+        ended_idle(&mut child, &err, &format!("round {round}"));
     }
+}
+
+/// Waits for a session that took a SIGINT with no request running: exit 130, and stderr (at
+/// `err`) says why. `what` names the case in a failure.
+fn ended_idle(child: &mut Child, err: &Path, what: &str) {
+    let status = wait(child);
+    let stderr = std::fs::read_to_string(err).unwrap();
+    assert_eq!(status.code(), Some(130), "{what} stderr:\n{stderr}");
+    assert!(
+        stderr.contains("with no request running: the session ends"),
+        "{what} stderr:\n{stderr}"
+    );
 }
