@@ -288,11 +288,7 @@ pub fn serve_from(
         let item = match rx.recv_timeout(IDLE_POLL) {
             Ok(item) => item,
             Err(RecvTimeoutError::Timeout) if interrupt.raised() => {
-                let _ = writeln!(
-                    note,
-                    "bmoe: interrupted (Ctrl-C) with no request running: the session ends"
-                );
-                return ended(&mut engine, ExitStatus::Interrupted);
+                return ended_by_idle_sigint(&mut engine, note);
             }
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => break,
@@ -338,16 +334,24 @@ pub fn serve_from(
                     );
                     interrupt.rearm();
                 } else if interrupt.raised() {
-                    let _ = writeln!(
-                        note,
-                        "bmoe: interrupted (Ctrl-C) with no request running: the session ends"
-                    );
-                    return ended(&mut engine, ExitStatus::Interrupted);
+                    return ended_by_idle_sigint(&mut engine, note);
                 }
             }
         }
     }
     ended(&mut engine, ExitStatus::Success)
+}
+
+/// A SIGINT that found no request running ends the session with 130, saying so on stderr.
+fn ended_by_idle_sigint(
+    engine: &mut Engine<'_>,
+    note: &mut dyn Write,
+) -> Result<ExitStatus, EngineError> {
+    let _ = writeln!(
+        note,
+        "bmoe: interrupted (Ctrl-C) with no request running: the session ends"
+    );
+    ended(engine, ExitStatus::Interrupted)
 }
 
 /// How a session that was not ended by a fatal error exits: with the first output file that
