@@ -29,10 +29,11 @@ use std::time::Instant;
 /// (`bmoe: test: speculation queued=.. cancelled=.. adopted=.. completed=..`).
 pub const SPEC_COUNTS_ENV: &str = "BMOE_TEST_SPEC_COUNTS";
 
-/// Env var (test): a pause in µs before every overlapped speculative read, so that units are
-/// still queued or in flight when the next load comes (cancellation and adoption observable on
-/// a tiny model).
-pub const SPEC_DELAY_ENV: &str = "BMOE_TEST_SPEC_DELAY_US";
+/// Env var (test): `1` makes an overlap lane hold each speculative unit it takes until the next
+/// load starts, so that units are still queued or in flight when that load comes: cancellation
+/// and adoption happen on a tiny model however fast its layers compute or slow the machine is
+/// (a timed pause was not enough under a loaded CI machine's debug build).
+pub const SPEC_HOLD_ENV: &str = "BMOE_TEST_SPEC_HOLD";
 
 /// Which predictor made a guess.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +126,7 @@ impl Streamer {
             let p = TemporalPredictor::new(self.layout.layers.len(), self.layout.n_expert, depth);
             Speculation::new(Some(p), n_used)
         });
-        self.set_spec_delay();
+        self.set_spec_hold();
     }
 
     /// `--predict-prefetch` (`adopt` false) or `--route-ahead` (`adopt` true: its guesses are
@@ -134,17 +135,14 @@ impl Streamer {
     pub fn set_stale_gate_reads(&mut self, adopt: bool) {
         let s = self.spec.get_or_insert_with(|| Speculation::new(None, 0));
         s.adopt = adopt;
-        self.set_spec_delay();
+        self.set_spec_hold();
     }
 
-    /// [`SPEC_DELAY_ENV`] to the lanes.
-    fn set_spec_delay(&mut self) {
-        let delay = std::env::var(SPEC_DELAY_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+    /// [`SPEC_HOLD_ENV`] to the lanes.
+    fn set_spec_hold(&mut self) {
+        let hold = std::env::var(SPEC_HOLD_ENV).is_ok_and(|v| v == "1");
         if let Some(o) = self.overlap() {
-            o.set_spec_delay_us(delay);
+            o.set_spec_hold(hold);
         }
     }
 

@@ -656,22 +656,19 @@ fn overlap_route_ahead_adopts_its_reads_and_measures_its_columns() {
         "serial: the watchdog never sampled"
     );
     for kind in KINDS {
-        // every speculative slice pauses first: the next layer's load meets its own committed
-        // reads still queued or in flight, and must complete them rather than cancel them. The
-        // pause must outlast a layer's compute: 3 ms did not on a loaded CI machine (debug
-        // build), where every read completed before its load came and none was adopted
+        // the lane holds each unit it takes until the next load starts: that load meets its own
+        // committed reads still queued, and must complete them rather than cancel them. A timed
+        // pause (3 ms, then 20 ms) depended on a layer's compute time; on a loaded CI machine
+        // every read could complete before its load came, and none was adopted
         let mut cfg = serial.clone();
         cfg.extend_from_slice(&["--io-threads", "1"]);
         cfg.extend_from_slice(kind);
         let (got, out, err) = trace_full_env(
             m,
             &cfg,
-            &[
-                ("BMOE_TEST_SPEC_COUNTS", "1"),
-                ("BMOE_TEST_SPEC_DELAY_US", "20000"),
-            ],
+            &[("BMOE_TEST_SPEC_COUNTS", "1"), ("BMOE_TEST_SPEC_HOLD", "1")],
         );
-        assert_eq!(got, want, "{cfg:?}: slowed early reads changed the output");
+        assert_eq!(got, want, "{cfg:?}: held early reads changed the output");
         let (queued, cancelled, adopted, completed) = spec_counts(&err);
         assert_eq!(cancelled, 0, "{cfg:?}: adopt mode cancelled:\n{err}");
         assert!(adopted > 0, "{cfg:?}: no load adopted its reads:\n{err}");

@@ -254,9 +254,14 @@ mod tests {
         e.done(false);
         assert_eq!(e.text(), "");
         e.done(true);
-        // 10 s for one run, 2 left: about 20 s.
+        // 10 s for one run, 2 left: about 20 s (a stall of this thread on a loaded machine moves
+        // it by a second or two, either way)
         let t = e.text();
-        assert!(t == ", ETA 20s" || t == ", ETA 19s", "{t}");
+        let secs: Option<u64> = t
+            .strip_prefix(", ETA ")
+            .and_then(|r| r.strip_suffix('s'))
+            .and_then(|n| n.parse().ok());
+        assert!(secs.is_some_and(|s| (16..=24).contains(&s)), "{t}");
         e.done(true);
         e.done(true);
         assert_eq!(e.text(), "", "nothing left");

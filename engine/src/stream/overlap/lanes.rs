@@ -180,6 +180,10 @@ struct PoolState {
     spec: VecDeque<SpecUnit>,
     /// Speculative units a lane is reading.
     spec_in_flight: usize,
+    /// Bumped by every event that ends a hold ([`Shared::set_spec_hold`]).
+    releases: u64,
+    /// Threads in [`AsyncLanes::wait_spec`]: no lane holds a unit while one waits.
+    spec_waiters: usize,
 }
 
 /// What the lanes share.
@@ -202,8 +206,9 @@ pub struct Shared {
     /// The next job start's sequence number; taken together with a batch job's claim.
     order: Mutex<u64>,
     spec_done: Mutex<Vec<SpecDone>>,
-    /// Test knob: a pause before every speculative read, µs (keeps units in flight longer).
-    spec_delay_us: AtomicU64,
+    /// Test knob: a lane holds the speculative unit it took until the eval thread's next load
+    /// or wait (see [`Shared::set_spec_hold`]).
+    spec_hold: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -233,7 +238,7 @@ impl Shared {
             busy_ns: AtomicU64::new(0),
             order: Mutex::new(0),
             spec_done: Mutex::new(Vec::new()),
-            spec_delay_us: AtomicU64::new(0),
+            spec_hold: AtomicBool::new(false),
         }
     }
 
@@ -264,9 +269,20 @@ impl Shared {
         self.busy_ns.load(Ordering::Relaxed)
     }
 
-    /// Test knob: sleeps `us` µs before each speculative read.
-    pub fn set_spec_delay_us(&self, us: u64) {
-        self.spec_delay_us.store(us, Ordering::Relaxed);
+    /// Test knob: with `hold`, a lane that takes a speculative unit starts reading it only
+    /// after the eval thread's next load starts or it waits for speculation. Whatever else is
+    /// queued behind it then meets that load still queued, whatever the machine's load: the
+    /// cancel and adopt paths run on every load, not only when compute outruns the lanes.
+    /// Nothing waits on a held unit before its release: a unit is for a later layer than the
+    /// load that queued it, and every wait for speculation releases first.
+    pub fn set_spec_hold(&self, hold: bool) {
+        self.spec_hold.store(hold, Ordering::Relaxed);
+    }
+
+    /// Ends every hold (the eval thread reached a load or a wait). Call with the state locked.
+    fn release_held(&self, st: &mut PoolState) {
+        st.releases += 1;
+        self.work.notify_all();
     }
 
     /// The staging slot a job uses: its own ring slot, or (speculative) its lane's slot.
@@ -460,10 +476,6 @@ impl Shared {
                     Err(b) => self.wait_finished(&b),
                 }
             };
-            let delay = self.spec_delay_us.load(Ordering::Relaxed);
-            if delay > 0 {
-                std::thread::sleep(std::time::Duration::from_micros(delay));
-            }
             let (bytes, latency_ns) = self.run_job(job, Some(lane), Instant::now());
             timings.push(JobTiming {
                 lane: lane as u32,
@@ -547,7 +559,7 @@ impl AsyncLanes {
             let mut st = lock(&self.shared.state);
             st.batch = Some(Arc::clone(&batch));
             st.generation += 1;
-            self.shared.work.notify_all();
+            self.shared.release_held(&mut st);
         }
         batch
     }
@@ -579,7 +591,9 @@ impl AsyncLanes {
 
     /// Takes back the speculative units no lane has started (a real load cancels them).
     pub fn cancel_spec(&self) -> Vec<SpecUnit> {
-        lock(&self.shared.state).spec.drain(..).collect()
+        let mut st = lock(&self.shared.state);
+        self.shared.release_held(&mut st);
+        st.spec.drain(..).collect()
     }
 
     /// The speculative units finished since the last call.
@@ -614,6 +628,7 @@ impl AsyncLanes {
     pub fn adopt_spec(&self, layer: usize) -> usize {
         let n = {
             let mut st = lock(&self.shared.state);
+            self.shared.release_held(&mut st);
             let (mut mine, rest): (VecDeque<SpecUnit>, VecDeque<SpecUnit>) =
                 st.spec.drain(..).partition(|u| u.layer == layer);
             let n = mine.len();
@@ -641,6 +656,11 @@ impl AsyncLanes {
 
     /// Waits until no speculative unit is being read (and, with `queued`, none waits either).
     pub fn wait_spec(&self, queued: bool) {
+        {
+            let mut st = lock(&self.shared.state);
+            st.spec_waiters += 1;
+            self.shared.release_held(&mut st);
+        }
         let busy = || {
             let st = lock(&self.shared.state);
             st.spec_in_flight > 0 || (queued && !st.spec.is_empty())
@@ -653,6 +673,8 @@ impl AsyncLanes {
                 .wait(p)
                 .unwrap_or_else(|e| e.into_inner());
         }
+        drop(p);
+        lock(&self.shared.state).spec_waiters -= 1;
     }
 
     /// Waits until every job of `batch` is done.
@@ -686,6 +708,12 @@ fn worker(shared: &Shared, lane: usize) {
                     && let Some(u) = st.spec.pop_front()
                 {
                     st.spec_in_flight += 1;
+                    if shared.spec_hold.load(Ordering::Relaxed) {
+                        let taken_at = st.releases;
+                        while st.releases == taken_at && st.spec_waiters == 0 && !st.shutdown {
+                            st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
+                        }
+                    }
                     break Work::Spec(u);
                 }
                 st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());

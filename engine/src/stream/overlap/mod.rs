@@ -376,9 +376,10 @@ impl Overlap {
         }
     }
 
-    /// Test knob: a pause before every speculative read, µs.
-    pub fn set_spec_delay_us(&self, us: u64) {
-        self.lanes.shared().set_spec_delay_us(us);
+    /// Test knob: a lane's speculative unit waits for the next load or wait (see
+    /// [`lanes::Shared::set_spec_hold`]).
+    pub fn set_spec_hold(&self, hold: bool) {
+        self.lanes.shared().set_spec_hold(hold);
     }
 
     /// Faults on slices no read was scheduled for (userfaultfd; 0 when all is well).
