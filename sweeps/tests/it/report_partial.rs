@@ -30,7 +30,8 @@ axes = { cache = [1, 2] }
 #[test]
 fn an_interrupted_sweeps_report_names_the_short_cells() {
     let t = tempfile::tempdir().expect("tmp");
-    fake_engine(t.path(), 0.4);
+    // 1 s a run: the kill lands after the first record even if this thread stalls a second
+    fake_engine(t.path(), 1.0);
     write(t.path(), "slow.toml", SLOW);
     let res = sweep_killed_after(t.path(), "slow.toml", 1, Duration::ZERO);
     let recs = records(&res);

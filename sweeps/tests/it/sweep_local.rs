@@ -201,7 +201,8 @@ fn walk(p: &Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn resume_after_sigkill_loses_at_most_the_run_in_flight() {
     let t = tempfile::tempdir().expect("tmp");
-    fake_engine(t.path(), 0.4);
+    // 1 s a run: the kill lands in the third run even if this thread stalls a second
+    fake_engine(t.path(), 1.0);
     let manifest = r#"
 name = "slow"
 binary = "./fake-cli"

@@ -305,7 +305,8 @@ fn a_device_that_drops_out_marks_its_runs_failed() {
             return;
         }
     };
-    fake_engine(t.path(), 0.6);
+    // 1 s a run: sshd stops before a second run ends even if this thread stalls a while
+    fake_engine(t.path(), 1.0);
     std::fs::write(t.path().join("r.toml"), manifest(&sshd, 3)).expect("write");
     let child = bench()
         .current_dir(t.path())
