@@ -17,6 +17,7 @@ use crate::stream::{Routing, Streamer};
 use bmoe_telemetry::trace::{ComputeRow, RouteRow};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 /// Env var (diagnostic): `1` installs the routing hook on a plain (resident) run — every
 /// `ffn_moe_topk-<il>` node is isolated and its ids are read, exactly as when streaming, but
@@ -210,8 +211,9 @@ impl MoeHook {
         }
     }
 
-    /// Tells the recorders which decode the next routings and nodes belong to.
-    pub fn begin_decode(&mut self, span: DecodeSpan) {
+    /// Tells the recorders which decode the next routings and nodes belong to; `start` is when
+    /// the decode's bracket (the token's wall) opened.
+    pub fn begin_decode(&mut self, span: DecodeSpan, start: Instant) {
         if let Some(p) = self.predict.as_mut() {
             p.begin_decode(span.prefill);
         }
@@ -228,12 +230,12 @@ impl MoeHook {
             r.begin_decode(span);
         }
         if let Some(t) = self.timer.as_mut() {
-            t.begin_decode(span);
+            t.begin_decode(span, start);
         }
     }
 
-    /// Ends the decode: what the recorders collected during it.
-    pub fn end_decode(&mut self) -> DecodeRecords {
+    /// Ends the decode whose bracket closed at `end`: what the recorders collected during it.
+    pub fn end_decode(&mut self, end: Instant) -> DecodeRecords {
         DecodeRecords {
             routes: self
                 .routes
@@ -243,7 +245,7 @@ impl MoeHook {
             nodes: self
                 .timer
                 .as_mut()
-                .map(NodeTimer::end_decode)
+                .map(|t| t.end_decode(end))
                 .unwrap_or_default(),
             reads: self.reads.as_mut().map(ReadSteps::end_decode),
         }

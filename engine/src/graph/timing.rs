@@ -77,15 +77,16 @@ impl NodeTimer {
         }
     }
 
-    /// Starts a decode.
-    pub fn begin_decode(&mut self, span: DecodeSpan) {
+    /// Starts a decode whose bracket (the token's wall) opened at `start`: the first row
+    /// starts there, so nothing between the bracket and the first node is lost from the sum.
+    pub fn begin_decode(&mut self, span: DecodeSpan, start: Instant) {
         self.span = Some(span);
         self.seq = 0;
         self.segment = None;
         self.seen_layer = false;
         self.opening = None;
         self.since_majflt = process_sample().majflt;
-        self.since = Instant::now();
+        self.since = start;
     }
 
     /// The segment a node belongs to: its layer's; a node without a layer suffix (views,
@@ -189,11 +190,13 @@ impl NodeTimer {
         }
     }
 
-    /// Ends the decode (layer mode: the open segment's row, normally `post`): the decode's rows.
-    pub fn end_decode(&mut self) -> Vec<ComputeRow> {
+    /// Ends the decode whose bracket closed at `end` (layer mode: the open segment's row,
+    /// normally `post`, ends there, so a decode's segments sum to its wall exactly, whatever
+    /// the scheduler did after the bracket closed): the decode's rows.
+    pub fn end_decode(&mut self, end: Instant) -> Vec<ComputeRow> {
         if let (Some(span), Granularity::Layer) = (self.span, self.granularity) {
             let cur = self.segment.unwrap_or(PRE);
-            self.close_segment(span, cur, Instant::now(), process_sample().majflt);
+            self.close_segment(span, cur, end, process_sample().majflt);
             self.seq += 1;
         }
         self.span = None;
@@ -218,13 +221,15 @@ mod tests {
     fn layer_mode_rows_are_segments_in_order() {
         let mut t = NodeTimer::new(Granularity::Layer);
         assert!(!t.wants("norm-0", false), "idle before a decode");
-        t.begin_decode(span());
+        let start = Instant::now();
+        t.begin_decode(span(), start);
         for name in ["inp_embd", "norm-0", "attn-0", "norm-1", "result_output"] {
             if t.wants(name, false) {
                 t.observe(name, "OP");
             }
         }
-        let rows = t.end_decode();
+        let end = Instant::now() + std::time::Duration::from_millis(3);
+        let rows = t.end_decode(end);
         let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["pre", "blk.0", "blk.1", "post"]);
         assert!(
@@ -232,18 +237,28 @@ mod tests {
                 .all(|r| r.step == 7 && r.phase == 1 && r.turn == 1)
         );
         assert_eq!(rows.iter().map(|r| r.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
-        assert!(t.end_decode().is_empty(), "rows are handed out once");
+        // the segments partition the bracket: from its start to its end, to the nanosecond
+        let sum: u64 = rows.iter().map(|r| r.wall_ns).sum();
+        assert_eq!(u128::from(sum), (end - start).as_nanos());
+        assert!(
+            rows[3].wall_ns >= 3_000_000,
+            "post runs to the bracket's end"
+        );
+        assert!(
+            t.end_decode(Instant::now()).is_empty(),
+            "rows are handed out once"
+        );
     }
 
     #[test]
     fn node_mode_rows_name_every_node() {
         let mut t = NodeTimer::new(Granularity::Node);
-        t.begin_decode(span());
+        t.begin_decode(span(), Instant::now());
         for name in ["inp_embd", "ffn_moe_topk-3"] {
             assert!(t.wants(name, false));
             t.observe(name, "ARGSORT");
         }
-        let rows = t.end_decode();
+        let rows = t.end_decode(Instant::now());
         assert_eq!(rows.len(), 2);
         assert_eq!((rows[0].layer, rows[1].layer), (-1, 3));
         assert_eq!(rows[1].name, "ffn_moe_topk-3");

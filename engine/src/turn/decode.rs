@@ -283,7 +283,7 @@ impl Engine<'_> {
             pos0: pos,
             n_tokens: tokens.len(),
         };
-        Outputs::begin_decode(&mut self.ctx, span);
+        Outputs::begin_decode(&mut self.ctx, span, t0);
         let r = match tokens {
             [tok] => self.ctx.decode(&mut [*tok]),
             _ => i32::try_from(pos).map_or(Err(DecodeError::Failed(-1)), |p| {
@@ -294,11 +294,13 @@ impl Engine<'_> {
         // mgmt_ms): timed inside the token's bracket, so the wall − io − mgmt residual stays
         // the compute and the next token's loop_overhead_ms does not carry it
         let (dense_resident_frac, probe_ms) = self.probe.sample(step);
-        let wall = t0.elapsed();
-        lp.last_end = Instant::now();
+        let ended = Instant::now();
+        let wall = ended - t0;
+        lp.last_end = ended;
         let p1 = process_sample();
-        // trace writing lands in the next token's loop_overhead_ms, not in this decode
-        self.outputs.end_decode(&mut self.ctx, span, note);
+        // trace writing lands in the next token's loop_overhead_ms, not in this decode; the
+        // compute trace's rows end at `ended`, so they sum to `wall` exactly
+        self.outputs.end_decode(&mut self.ctx, span, ended, note);
         if let Err(e) = r {
             let read_err = self.ctx.hook_mut().and_then(MoeHook::take_error);
             if read_err.is_none() && e == DecodeError::Aborted && cancelled() {

@@ -22,6 +22,7 @@ use bmoe_gguf::info::ModelInfo;
 use bmoe_telemetry::metrics::{SummaryTrailer, TokenRow};
 use bmoe_telemetry::trace::{DecodeTraceInfo, RouteTraceInfo};
 use std::io::Write;
+use std::time::Instant;
 
 /// The files a run writes.
 #[derive(Default)]
@@ -125,24 +126,27 @@ impl Outputs {
         (!self.failed.is_empty()).then(|| self.failed.remove(0))
     }
 
-    /// Tells the recorders which decode the next routings and nodes belong to.
-    pub fn begin_decode(ctx: &mut Context<'_, MoeHook>, span: DecodeSpan) {
+    /// Tells the recorders which decode the next routings and nodes belong to; `start` opens
+    /// the decode's bracket (the compute trace's first row starts there).
+    pub fn begin_decode(ctx: &mut Context<'_, MoeHook>, span: DecodeSpan, start: Instant) {
         if let Some(hook) = ctx.hook_mut() {
-            hook.begin_decode(span);
+            hook.begin_decode(span, start);
         }
     }
 
     /// Writes what the decode just done recorded (its route and compute rows, its reads — each
     /// stamped with the position of the token whose routing asked for it) and flushes each
-    /// trace; a write error stops that trace with a warning.
+    /// trace; a write error stops that trace with a warning. `end` closed the decode's bracket
+    /// (the compute trace's last row ends there, not at this later call).
     pub fn end_decode(
         &mut self,
         ctx: &mut Context<'_, MoeHook>,
         span: DecodeSpan,
+        end: Instant,
         note: &mut dyn Write,
     ) {
         let Some(hook) = ctx.hook_mut() else { return };
-        let records = hook.end_decode();
+        let records = hook.end_decode(end);
         if let Some(w) = self.routes.as_mut()
             && let Err(e) = w.write_decode(&records.routes)
         {

@@ -62,11 +62,13 @@ impl Engine<'_> {
                 pos0: from as i64,
                 n_tokens: chunk.len(),
             };
+            let start = Instant::now();
             self.fetch_rows(&chunk, note)?;
             let before = DecodeMark::take(&mut self.ctx);
-            Outputs::begin_decode(&mut self.ctx, span);
+            Outputs::begin_decode(&mut self.ctx, span, start);
             let r = self.ctx.decode(&mut chunk);
-            self.outputs.end_decode(&mut self.ctx, span, note);
+            self.outputs
+                .end_decode(&mut self.ctx, span, Instant::now(), note);
             if let Some(d) = dev.as_mut() {
                 arena.add(&before.charge(&mut self.ctx, d));
             }

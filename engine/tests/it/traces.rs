@@ -326,11 +326,18 @@ fn compute_rows(path: &Path) -> Vec<ComputeRow> {
     rows
 }
 
-/// Per decode step, Σ wall_ns of the trace is within 10 % of the CSV row's wall_ms. The row's
-/// bracket also holds the throttled dense-residency probe, which the seed counts in `mgmt_ms` and
-/// no graph node covers: the lower bound allows for it.
-fn sums_match_decode_wall(rows: &[ComputeRow], metrics: &MetricsFile, n_prompt: i64) {
+/// Per decode step, Σ wall_ns of the trace against the CSV row's wall_ms (written to the µs).
+/// Layer mode: the segments partition the token's bracket (`pre` opens at its start, `post`
+/// closes at its end, the throttled dense-residency probe included), so they sum to it exactly,
+/// however the scheduler treated the run. Node mode: the rows end at the last node, so the sum
+/// can only fall short of the wall, by llama.cpp's tail after the graph and the probe (in
+/// `mgmt_ms`): within 10 % of the rest, or 2 ms on a step of a millisecond or two that lost a
+/// scheduler slice in that tail on a loaded machine; the run's total keeps the 10 %.
+fn sums_match_decode_wall(rows: &[ComputeRow], metrics: &MetricsFile, n_prompt: i64, layers: bool) {
+    const ROUNDING_NS: f64 = 1_000.0;
+    const SLICE_NS: f64 = 2e6;
     assert!(!metrics.rows.is_empty());
+    let (mut all_traced, mut all_lo) = (0.0, 0.0);
     for (i, m) in metrics.rows.iter().enumerate() {
         let step = n_prompt + i as i64;
         let traced: u64 = rows
@@ -341,11 +348,21 @@ fn sums_match_decode_wall(rows: &[ComputeRow], metrics: &MetricsFile, n_prompt: 
         let wall = m.wall_ms.expect("wall_ms") * 1e6;
         let mgmt = m.mgmt_ms.unwrap_or(0.0) * 1e6;
         let traced = traced as f64;
-        assert!(
-            traced >= 0.9 * (wall - mgmt) && traced <= 1.1 * wall,
-            "step {step}: traced {traced} ns vs decode wall {wall} ns (mgmt {mgmt} ns)"
-        );
+        let what =
+            format!("step {step}: traced {traced} ns vs decode wall {wall} ns (mgmt {mgmt} ns)");
+        assert!(traced <= wall + ROUNDING_NS, "{what}");
+        if layers {
+            assert!(traced >= wall - ROUNDING_NS, "{what}");
+        } else {
+            let lo = wall - mgmt;
+            assert!(traced >= (0.9 * lo).min(lo - SLICE_NS), "{what}");
+        }
+        (all_traced, all_lo) = (all_traced + traced, all_lo + wall - mgmt);
     }
+    assert!(
+        all_traced >= 0.9 * all_lo,
+        "all steps: traced {all_traced} ns vs decode wall − mgmt {all_lo} ns"
+    );
 }
 
 #[test]
@@ -385,7 +402,7 @@ fn compute_trace_times_every_node_without_streaming() {
             assert_eq!(r.layer, suffix.unwrap_or(-1), "{r:?}");
         }
     }
-    sums_match_decode_wall(&rows, &metrics, n_prompt);
+    sums_match_decode_wall(&rows, &metrics, n_prompt, false);
 }
 
 #[test]
@@ -429,7 +446,7 @@ fn compute_trace_layers_gives_one_row_per_segment_while_streaming() {
             assert_eq!(r.name, format!("blk.{}", r.layer));
         }
     }
-    sums_match_decode_wall(&rows, &metrics, n_prompt);
+    sums_match_decode_wall(&rows, &metrics, n_prompt, true);
 }
 
 /// The io trace's `step` is the position of the token whose routing asked for the read (docs/
