@@ -280,9 +280,12 @@ impl Shared {
     }
 
     /// Ends every hold (the eval thread reached a load or a wait). Call with the state locked.
+    /// Without the knob only the counter moves: no lane is woken on every load for nothing.
     fn release_held(&self, st: &mut PoolState) {
         st.releases += 1;
-        self.work.notify_all();
+        if self.spec_hold.load(Ordering::Relaxed) {
+            self.work.notify_all();
+        }
     }
 
     /// The staging slot a job uses: its own ring slot, or (speculative) its lane's slot.
@@ -559,7 +562,9 @@ impl AsyncLanes {
             let mut st = lock(&self.shared.state);
             st.batch = Some(Arc::clone(&batch));
             st.generation += 1;
-            self.shared.release_held(&mut st);
+            // a new batch wakes every lane anyway, and ends a hold like a load does
+            st.releases += 1;
+            self.shared.work.notify_all();
         }
         batch
     }
